@@ -1,0 +1,153 @@
+#pragma once
+/// \file
+/// `cpu_backend`: the CPU host. Admits session entries through a strict FIFO
+/// queue of permits and runs their bodies on an owned pool of compute workers.
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <asio/async_result.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "tenferro/admission_observer.hpp"
+#include "tenferro/backend_session.hpp"
+#include "tenferro/backend_session_host.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
+#include "tenferro/detail/entry_op.hpp"
+#include "tenferro/detail/host_core.hpp"
+#include "tenferro/execution_scope.hpp"
+#include "tenferro/session_entry_error.hpp"
+
+namespace tenferro {
+
+/// Construction options of `cpu_backend`.
+struct cpu_backend_options {
+    /// Permits, and compute workers; 0 means `std::thread::hardware_concurrency()`.
+    std::size_t permits = 0;
+    /// Queue bound: a `fifo` entry arriving when this many wait completes with
+    /// `contended` (load shedding).
+    std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+    /// Pins the compute workers round-robin to these CPUs. A CPU this process
+    /// may not run on makes the constructor throw `std::system_error`.
+    std::vector<unsigned> cpus = {};
+    /// Optional metrics hook; see `admission_observer`.
+    std::shared_ptr<admission_observer> observer = nullptr;
+};
+
+/// The CPU backend host. Models `backend_session_host`.
+///
+/// Thread-safety: every member may be called concurrently from any thread.
+/// Destruction waits for running sessions: do not destroy the backend from a
+/// thread that a running session (or a granted `placement::caller` body)
+/// needs in order to finish.
+class cpu_backend {
+public:
+    using runtime_cache = cpu_runtime_cache;
+
+    /// Starts `options.permits` compute workers (optionally pinned).
+    /// \throws std::system_error for an invalid CPU in `options.cpus`.
+    explicit cpu_backend(cpu_backend_options options = {});
+    /// `shutdown()`, then waits for running sessions, then joins the workers.
+    ~cpu_backend();
+
+    cpu_backend(const cpu_backend&) = delete;
+    cpu_backend& operator=(const cpu_backend&) = delete;
+
+    /// Runs `f` in a session once one permit is admitted.
+    ///
+    /// `f` is `R(backend_session&)` (a synchronous body) or
+    /// `asio::awaitable<R>(backend_session&)` (an asynchronous body that holds
+    /// its permits until its awaitable completes); `R` may be `void`.
+    ///
+    /// - Completion signature: `void(std::exception_ptr, session_result<R>)`.
+    ///   With the default `asio::use_awaitable`:
+    ///   `session_result<R> r = co_await cpu.with_backend_session(f);` —
+    ///   admission failures are values in `r`, `f`'s exception is rethrown at
+    ///   the `co_await`, `f`'s value arrives unchanged in `r.value()`.
+    /// - Admission: strict FIFO in initiation order, no barging; waiting
+    ///   suspends, never blocks a thread. `f` runs exactly once if admitted,
+    ///   never if rejected.
+    /// - Resumption: the completion runs on the handler's associated executor
+    ///   (the awaiting coroutine's executor), never inline inside another
+    ///   entry's release.
+    /// - Cancellation (terminal, partial, total) removes a waiting entry; it
+    ///   completes with `cancelled` and the other waiters keep their order.
+    ///   Once admitted, the body runs to completion.
+    /// - Lifetime: `f` is moved into the operation and lives until the
+    ///   completion; the `backend_session&` is valid only while `f` runs.
+    ///
+    /// \code
+    /// session_result<float> r = co_await cpu.with_backend_session(
+    ///     [&](backend_session& s) { return score(s, query); });
+    /// if (!r) log(r.error().message());
+    /// \endcode
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, session_options>)
+    auto with_backend_session(F&& f, CompletionToken&& token = {}) {
+        return with_backend_session(session_options{}, std::forward<F>(f), std::forward<CompletionToken>(token));
+    }
+
+    /// As above, with per-entry options: `permits` (weighted entry, granted
+    /// together), `wait` (`never`: admit now or `contended`) and `where`
+    /// (`compute` or `caller` placement).
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_backend_session(session_options options, F&& f, CompletionToken&& token = {}) {
+        using R = typename detail::body_traits<F, backend_session>::value_type;
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::session>{core_, options, nullptr}, token,
+            std::forward<F>(f));
+    }
+
+    /// As `with_backend_session`, but contractions inside consult and fill
+    /// `cache`, which must outlive the operation. A cache that a running
+    /// session holds makes the entry complete with `contended`, before `f` runs.
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_backend_session_cached(runtime_cache& cache, F&& f, CompletionToken&& token = {}) {
+        using R = typename detail::body_traits<F, backend_session>::value_type;
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::session>{core_, session_options{}, &cache}, token,
+            std::forward<F>(f));
+    }
+
+    /// Admits once (one permit, FIFO) and runs `body(scope)`, an
+    /// `asio::awaitable<R>(execution_scope&)`, on the caller's executor while
+    /// holding that permit. Sessions of this host entered inside the body reuse
+    /// the permit without queueing (see `execution_scope`). Completion
+    /// signature, resumption and cancellation as for `with_backend_session`.
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
+        using R = typename detail::body_traits<F, execution_scope>::value_type;
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::scope>{
+                core_, session_options{1, wait_policy::fifo, placement::caller}, nullptr},
+            token, std::forward<F>(body));
+    }
+
+    /// `"cpu"`.
+    std::string_view name() const noexcept { return core_->name(); }
+    /// Total permits (= compute workers).
+    std::size_t permits() const noexcept { return core_->queue().permits(); }
+    /// A consistent snapshot of the admission counters.
+    admission_stats stats() const;
+    /// True once an observer hook threw (S11); the host then admits nothing.
+    bool poisoned() const noexcept;
+    /// Stops admitting: queued and later entries complete with `executor`;
+    /// running sessions finish normally. Idempotent.
+    void shutdown();
+
+    /// For tests only: the next `n` runners handed to the compute workers are
+    /// dropped unrun, as an executor that loses work would.
+    void drop_next_runs_for_testing(std::size_t n) noexcept { core_->pool().drop_next_for_testing(n); }
+
+private:
+    std::shared_ptr<detail::host_core> core_;
+};
+
+static_assert(backend_session_host<cpu_backend>);
+
+}  // namespace tenferro

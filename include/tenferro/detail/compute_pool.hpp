@@ -1,0 +1,179 @@
+#pragma once
+// The compute workers that a host's permits stand for.
+//
+//  * One worker per permit. Admission guarantees that the threads a session
+//    keeps busy (its body plus its parallel-for helpers) never exceed the
+//    permits it holds, so a submitted task never waits for another task to
+//    finish: at worst it waits for a worker to walk back to the queue.
+//  * Tasks are intrusive (`pool_task`): an admitted entry submits its own
+//    operation state, so the hop onto the pool allocates nothing.
+//  * A worker that runs out of work spins briefly (at most one spinner at a
+//    time) before it parks. A request loop therefore finds a hot worker and
+//    pays one thread wake per entry (the return to the caller) instead of two.
+//  * The pool is an `asio::execution_context` with a standard executor, so an
+//    `asio::awaitable` session body can run on it.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asio/execution.hpp>
+#include <asio/execution_context.hpp>
+
+#include "tenferro/detail/function_ref.hpp"
+
+namespace tenferro::detail {
+
+/// A unit of work for the pool, embedded in its owner.
+class pool_task {
+public:
+    /// Runs the task on a worker. The pool does not touch the task afterwards.
+    virtual void run() noexcept = 0;
+    /// The pool discards the task without running it (pool stopped, or the
+    /// test hook that simulates an executor losing work).
+    virtual void drop() noexcept = 0;
+
+protected:
+    pool_task() = default;
+    ~pool_task() = default;
+    pool_task(const pool_task&) = default;
+    pool_task& operator=(const pool_task&) = default;
+
+private:
+    friend class compute_pool;
+    pool_task* next_task_ = nullptr;
+};
+
+class compute_pool : public asio::execution_context {
+public:
+    class executor_type;
+
+    /// Starts `threads` workers, pinned round-robin to `cpus` when it is not
+    /// empty. Throws `std::system_error` (EINVAL) for a CPU this process may not
+    /// run on, before any thread starts.
+    compute_pool(std::size_t threads, std::span<const unsigned> cpus);
+    /// Drops the tasks still queued (each gets `drop()`), then joins the workers.
+    ~compute_pool();
+
+    compute_pool(const compute_pool&) = delete;
+    compute_pool& operator=(const compute_pool&) = delete;
+
+    std::size_t threads() const noexcept { return workers_.size(); }
+    executor_type get_executor() noexcept;
+
+    /// Queues `task`; a worker will call `task.run()` (or `task.drop()`).
+    void submit(pool_task& task) noexcept;
+
+    /// True on one of this pool's workers.
+    bool running_in_this_thread() const noexcept;
+
+    /// Splits [0, count) into ranges of at least `grain` elements and runs
+    /// `body(begin, end)` on the calling thread plus up to `workers - 1` pool
+    /// workers. Ranges are fixed by (count, grain, workers) alone, so a caller
+    /// that needs deterministic results gets them. Returns when every range is
+    /// done; the first exception thrown by `body` is rethrown here.
+    void parallel_for(std::size_t workers, std::int64_t count, std::int64_t grain,
+                      function_ref<void(std::int64_t, std::int64_t)> body);
+
+    /// Test hook: the next `n` submitted tasks are dropped instead of run, as
+    /// an executor that loses work would.
+    void drop_next_for_testing(std::size_t n) noexcept { drop_next_.store(n, std::memory_order_relaxed); }
+
+private:
+    void worker_main(std::size_t index);
+    pool_task* try_pop() noexcept;
+
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    pool_task* head_ = nullptr;
+    pool_task* tail_ = nullptr;
+    std::size_t queued_ = 0;             // guarded by mutex_
+    std::size_t sleepers_ = 0;           // guarded by mutex_
+    bool stopping_ = false;              // guarded by mutex_
+    std::atomic<std::size_t> queued_hint_{0};  // queued_, readable without the lock by spinners
+    std::atomic<std::size_t> spinners_{0};
+    std::atomic<std::size_t> drop_next_{0};
+    std::vector<std::thread> workers_;
+};
+
+/// A standard (P0443-style, as Asio 1.22 models them) executor for the pool.
+/// `blocking.possibly` (the default) runs a function inline when the caller is
+/// already on one of the pool's workers, like `io_context`'s executor does.
+class compute_pool::executor_type {
+public:
+    explicit executor_type(compute_pool& pool, bool never_blocking = false) noexcept
+        : pool_(&pool), never_blocking_(never_blocking) {}
+
+    template <class F>
+    void execute(F&& f) const {
+        if (!never_blocking_ && pool_->running_in_this_thread()) {
+            std::forward<F>(f)();
+            return;
+        }
+        using task_t = function_task<std::decay_t<F>>;
+        pool_->submit(*new task_t(std::forward<F>(f)));
+    }
+
+    compute_pool& context() const noexcept { return *pool_; }
+
+    asio::execution_context& query(asio::execution::context_t) const noexcept { return *pool_; }
+    asio::execution::blocking_t query(asio::execution::blocking_t) const noexcept {
+        return never_blocking_ ? asio::execution::blocking_t(asio::execution::blocking.never)
+                               : asio::execution::blocking_t(asio::execution::blocking.possibly);
+    }
+    static constexpr asio::execution::relationship_t query(asio::execution::relationship_t) noexcept {
+        return asio::execution::relationship.fork;
+    }
+    static constexpr asio::execution::outstanding_work_t query(asio::execution::outstanding_work_t) noexcept {
+        return asio::execution::outstanding_work.untracked;
+    }
+
+    executor_type require(asio::execution::blocking_t::never_t) const noexcept { return executor_type(*pool_, true); }
+    executor_type require(asio::execution::blocking_t::possibly_t) const noexcept { return executor_type(*pool_, false); }
+    // The pool outlives every session (the host joins it last), so tracking
+    // outstanding work and the relationship/allocator hints need no state.
+    executor_type require(asio::execution::outstanding_work_t::tracked_t) const noexcept { return *this; }
+    executor_type require(asio::execution::outstanding_work_t::untracked_t) const noexcept { return *this; }
+    executor_type require(asio::execution::relationship_t::fork_t) const noexcept { return *this; }
+    executor_type require(asio::execution::relationship_t::continuation_t) const noexcept { return *this; }
+    template <class Alloc>
+    executor_type require(const asio::execution::allocator_t<Alloc>&) const noexcept { return *this; }
+
+    friend bool operator==(const executor_type& a, const executor_type& b) noexcept {
+        return a.pool_ == b.pool_ && a.never_blocking_ == b.never_blocking_;
+    }
+    friend bool operator!=(const executor_type& a, const executor_type& b) noexcept { return !(a == b); }
+
+private:
+    template <class F>
+    class function_task final : public pool_task {
+    public:
+        template <class G>
+        explicit function_task(G&& g) : f_(std::forward<G>(g)) {}
+        void run() noexcept override {
+            // Asio handlers do not throw across executors; an escaping exception is a bug.
+            F f(std::move(f_));
+            delete this;
+            f();
+        }
+        void drop() noexcept override { delete this; }
+
+    private:
+        F f_;
+    };
+
+    compute_pool* pool_;
+    bool never_blocking_;
+};
+
+inline compute_pool::executor_type compute_pool::get_executor() noexcept { return executor_type(*this); }
+
+}  // namespace tenferro::detail

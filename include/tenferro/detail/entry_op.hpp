@@ -1,0 +1,396 @@
+#pragma once
+// The operation state of one session entry (or execution scope entry): the
+// `async_initiate` machinery that ties the permit queue, the compute pool and
+// the session context together.
+//
+// Life of an entry (every arrow one way):
+//
+//   initiate ── context check ── queue: granted / queued / rejected
+//                                  │ (later, on the releasing thread)
+//                                  ▼
+//            on_granted: observer hook, then the runner is submitted to the
+//            compute pool (placement::compute) or posted to the caller's
+//            executor (placement::caller) — never run inline
+//                                  ▼
+//            run: the body, under the thread-local marker (sync) or on a
+//            session_executor (async)
+//                                  ▼
+//            body_finished: permits released (the grant loop starts the next
+//            waiters, resuming nobody inline), then the completion is
+//            dispatched to the handler's associated executor.
+//
+// Exactly-once: the queue decides, under its lock, whether a waiter is granted,
+// cancelled or drained; only the winner goes on, and every path ends in
+// exactly one `complete()`. The typed half (`entry_op`) owns the handler, the
+// body and the result; everything else lives in `entry_base`, compiled once
+// in the library.
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/execution.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/recycling_allocator.hpp>
+
+#include "tenferro/backend_session.hpp"
+#include "tenferro/backend_session_host.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
+#include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/detail/host_core.hpp"
+#include "tenferro/detail/permit_queue.hpp"
+#include "tenferro/detail/session_context.hpp"
+#include "tenferro/execution_scope.hpp"
+#include "tenferro/session_entry_error.hpp"
+
+namespace tenferro::detail {
+
+enum class entry_kind : unsigned char { session, scope };
+
+/// The handler-independent half of an entry.
+class entry_base : public permit_waiter, public pool_task {
+public:
+    /// Admission: the context checks, then the queue. Called once, from the
+    /// initiating function, with the context found on the initiating side.
+    void start(session_context* caller_context) noexcept;
+
+    /// The queue granted this entry its permits (any thread).
+    void on_granted() noexcept;
+
+    /// The caller's cancellation slot fired.
+    void cancel_waiting() noexcept;
+
+    /// Completes with an admission failure decided by the queue (drained on
+    /// shutdown or poisoning); always by post.
+    void reject(session_entry_errc code, std::string detail) noexcept;
+
+    /// Runs the body (a pool worker, or the caller's executor).
+    void run() noexcept override;
+    /// The executor dropped the runner without running it.
+    void drop() noexcept override;
+
+protected:
+    entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body,
+               cpu_runtime_cache* cache) noexcept;
+    ~entry_base();
+
+    /// Posts `run()` to the caller's associated executor (placement::caller).
+    virtual void post_to_caller() noexcept = 0;
+    /// Runs a synchronous body, storing its value or exception.
+    virtual void invoke_sync(backend_session& session) noexcept = 0;
+    /// Spawns an asynchronous body on `ex`; its completion calls `body_finished()`.
+    virtual void spawn_session(session_executor ex, backend_session& session) noexcept = 0;
+    virtual void spawn_scope(session_executor ex, execution_scope& scope) noexcept = 0;
+    /// The caller's executor, for bodies with placement::caller and for scopes.
+    virtual asio::any_io_executor caller_executor() const = 0;
+    /// Delivers the outcome to the handler: `dispatch` when the caller may be
+    /// resumed inline (we are on its executor, after a body), `post` otherwise.
+    virtual void complete(bool may_dispatch) noexcept = 0;
+
+    /// The body is done: release the permits, then complete.
+    void body_finished() noexcept;
+    /// Records that the body's frame was destroyed without completing.
+    void body_dropped() noexcept;
+
+    const std::shared_ptr<host_core>& core() const noexcept { return core_; }
+    const session_options& options() const noexcept { return options_; }
+
+    std::optional<session_entry_error> error_;
+
+private:
+    void schedule() noexcept;
+    void release_permits() noexcept;
+    void reject_counted(session_entry_errc code, std::string detail) noexcept;
+
+    std::shared_ptr<host_core> core_;
+    session_options options_;
+    entry_kind kind_;
+    bool async_body_;
+    cpu_runtime_cache* cache_;            // claimed from grant until release
+    bool cache_claimed_ = false;
+    bool holds_permits_ = false;          // granted and announced to the observer
+    std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
+    std::shared_ptr<session_context> body_context_;  // an async body's own context
+};
+
+// ---------------------------------------------------------------------------
+// Body traits: a body returns R (synchronous) or asio::awaitable<R> (asynchronous).
+// ---------------------------------------------------------------------------
+
+template <class T>
+struct awaitable_traits {
+    static constexpr bool is_awaitable = false;
+    using value_type = T;
+};
+template <class T, class Executor>
+struct awaitable_traits<asio::awaitable<T, Executor>> {
+    static constexpr bool is_awaitable = true;
+    static constexpr bool default_executor = std::is_same_v<Executor, asio::any_io_executor>;
+    using value_type = T;
+};
+
+template <class F, class Arg>
+struct body_traits {
+    static_assert(std::is_invocable_v<std::decay_t<F>&, Arg&>,
+                  "a tenferro session body must be callable with a backend_session& "
+                  "(an execution scope body with an execution_scope&)");
+    using invoke_result = std::invoke_result_t<std::decay_t<F>&, Arg&>;
+    using traits = awaitable_traits<std::remove_cvref_t<invoke_result>>;
+    static constexpr bool is_async = traits::is_awaitable;
+    /// The value delivered in session_result<value_type>; references decay to values.
+    using value_type = std::remove_cvref_t<typename traits::value_type>;
+};
+
+template <class R>
+using entry_signature = void(std::exception_ptr, session_result<R>);
+
+// ---------------------------------------------------------------------------
+// The typed operation.
+// ---------------------------------------------------------------------------
+
+template <class Handler, class F, entry_kind Kind>
+class entry_op final : public entry_base {
+    using arg_type = std::conditional_t<Kind == entry_kind::session, backend_session, execution_scope>;
+    using traits = body_traits<F, arg_type>;
+    using R = typename traits::value_type;
+    using result_type = session_result<R>;
+    using allocator_type =
+        typename std::allocator_traits<asio::associated_allocator_t<Handler, asio::recycling_allocator<void>>>::
+            template rebind_alloc<entry_op>;
+    using work_executor = std::decay_t<decltype(asio::prefer(
+        std::declval<asio::associated_executor_t<Handler>>(), asio::execution::outstanding_work.tracked))>;
+
+public:
+    static_assert(Kind == entry_kind::session || traits::is_async,
+                  "an execution scope body must return asio::awaitable<R>");
+
+    /// Allocates the operation with the handler's associated allocator
+    /// (Asio's recycling allocator by default) and starts admission.
+    template <class H, class G>
+    static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options,
+                       cpu_runtime_cache* cache) {
+        allocator_type alloc(asio::get_associated_allocator(handler, asio::recycling_allocator<void>()));
+        entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+        try {
+            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler),
+                                                             std::forward<G>(body), std::move(core), options, cache);
+        } catch (...) {
+            std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
+            throw;
+        }
+        // The context of the initiating side: a synchronous body running on
+        // this thread, or the coroutine-local context of the handler's executor.
+        session_context* ctx = current_sync_context();
+        if (ctx == nullptr) ctx = context_of(asio::get_associated_executor(op->handler_));
+        op->start(ctx);
+    }
+
+    template <class H, class G>
+    entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options,
+             cpu_runtime_cache* cache)
+        : entry_base(std::move(core), options, Kind, traits::is_async, cache),
+          handler_(std::forward<H>(handler)),
+          work_(asio::prefer(asio::get_associated_executor(handler_), asio::execution::outstanding_work.tracked)),
+          body_(std::forward<G>(body)) {
+        // Installed before the entry is queued, so a grant racing with us on
+        // another thread never finds the slot half-built. The slot is cleared
+        // in finish(), on the handler's executor, like Asio's own operations.
+        slot_ = asio::get_associated_cancellation_slot(handler_);
+        if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+    }
+
+private:
+    struct cancel_handler {
+        entry_base* op;
+        void operator()(asio::cancellation_type_t type) const {
+            constexpr auto any = asio::cancellation_type::terminal | asio::cancellation_type::partial |
+                                 asio::cancellation_type::total;
+            if ((type & any) != asio::cancellation_type::none) op->cancel_waiting();
+        }
+    };
+
+    /// Owns the op while a posted function is in flight: destroyed without
+    /// being called (its executor shut down), it still frees the op.
+    struct completion_handler {
+        entry_op* op;
+        explicit completion_handler(entry_op* o) noexcept : op(o) {}
+        completion_handler(completion_handler&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
+        completion_handler& operator=(completion_handler&&) = delete;
+        ~completion_handler() {
+            if (op != nullptr) op->destroy();
+        }
+        void operator()() { std::exchange(op, nullptr)->finish(); }
+    };
+
+    /// Runs the body on the caller's executor (placement::caller).
+    struct caller_runner {
+        entry_op* op;
+        explicit caller_runner(entry_op* o) noexcept : op(o) {}
+        caller_runner(caller_runner&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
+        caller_runner& operator=(caller_runner&&) = delete;
+        ~caller_runner() {
+            if (op != nullptr) op->drop();
+        }
+        void operator()() { std::exchange(op, nullptr)->run(); }
+    };
+
+    /// co_spawn's completion for an asynchronous body.
+    struct async_completion {
+        entry_op* op;
+        explicit async_completion(entry_op* o) noexcept : op(o) {}
+        async_completion(async_completion&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
+        async_completion& operator=(async_completion&&) = delete;
+        ~async_completion() {
+            if (op != nullptr) op->body_dropped();
+        }
+        void operator()(std::exception_ptr e) {
+            entry_op* o = std::exchange(op, nullptr);
+            if (e)
+                o->exception_ = std::move(e);
+            else if constexpr (std::is_void_v<R>)
+                o->result_.emplace();
+            o->body_finished();
+        }
+        template <class V>
+        void operator()(std::exception_ptr e, V&& value) {
+            entry_op* o = std::exchange(op, nullptr);
+            if (e)
+                o->exception_ = std::move(e);
+            else
+                o->result_.emplace(std::forward<V>(value));
+            o->body_finished();
+        }
+    };
+
+    void post_to_caller() noexcept override {
+        try {
+            asio::post(work_, caller_runner(this));
+        } catch (...) {
+            drop();  // the executor refused the work
+        }
+    }
+
+    asio::any_io_executor caller_executor() const override {
+        return unwrap_executor(asio::any_io_executor(work_));
+    }
+
+    void invoke_sync(backend_session& session) noexcept override {
+        if constexpr (Kind == entry_kind::session && !traits::is_async) {
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    std::invoke(body_, session);
+                    result_.emplace();
+                } else {
+                    result_.emplace(std::invoke(body_, session));
+                }
+            } catch (...) {
+                exception_ = std::current_exception();
+            }
+        }
+    }
+
+    template <class Arg>
+    void spawn(session_executor ex, Arg& arg) noexcept {
+        if constexpr (traits::is_async) {
+            static_assert(traits::traits::default_executor,
+                          "an asynchronous session body must return asio::awaitable<R> "
+                          "(with the default any_io_executor)");
+            try {
+                // body_ lives in this op until finish(), so a lambda coroutine's
+                // captures outlive its frame.
+                asio::co_spawn(std::move(ex), std::invoke(body_, arg), async_completion(this));
+            } catch (...) {
+                // Making the awaitable threw before the coroutine existed.
+                exception_ = std::current_exception();
+                body_finished();
+            }
+        }
+    }
+
+    void spawn_session(session_executor ex, backend_session& session) noexcept override {
+        if constexpr (Kind == entry_kind::session) spawn(std::move(ex), session);
+    }
+    void spawn_scope(session_executor ex, execution_scope& scope) noexcept override {
+        if constexpr (Kind == entry_kind::scope) spawn(std::move(ex), scope);
+    }
+
+    void complete(bool may_dispatch) noexcept override {
+        // The function object owns the op, so even an executor that discards
+        // it frees the op; if the executor throws, nobody can be told.
+        work_executor ex = work_;
+        if (may_dispatch)
+            asio::dispatch(ex, completion_handler(this));
+        else
+            asio::post(ex, completion_handler(this));
+    }
+
+    /// On the handler's executor: clear the slot, free the op, call the handler.
+    void finish() {
+        if (slot_.is_connected()) slot_.clear();
+        allocator_type alloc(asio::get_associated_allocator(handler_, asio::recycling_allocator<void>()));
+        Handler handler(std::move(handler_));
+        std::exception_ptr exception = std::move(exception_);
+        result_type result = take_result();
+        work_executor work(std::move(work_));  // keeps the executor's work count until the call
+        destroy(alloc);
+        std::move(handler)(std::move(exception), std::move(result));
+    }
+
+    result_type take_result() {
+        // (tl::expected<void, E> lacks the in-place unexpect constructor; go through unexpected.)
+        if (error_) return result_type(tl::unexpected<session_entry_error>(std::move(*error_)));
+        if (result_) return std::move(*result_);
+        // The body threw: the second argument must be a valid object, and this
+        // one says plainly that it carries no value.
+        return result_type(tl::unexpected<session_entry_error>(session_entry_error(
+            session_entry_errc::executor, core()->name(),
+            "no value: the session body threw an exception (delivered as the first argument)")));
+    }
+
+    void destroy() noexcept {
+        destroy(allocator_type(asio::get_associated_allocator(handler_, asio::recycling_allocator<void>())));
+    }
+    // Asio's rule: free the op's memory before calling the handler, so the
+    // handler may start the next operation in the same recycled block.
+    void destroy(allocator_type alloc) noexcept {
+        std::allocator_traits<allocator_type>::destroy(alloc, this);
+        std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+    }
+
+    Handler handler_;
+    work_executor work_;
+    std::decay_t<F> body_;
+    asio::cancellation_slot slot_;
+    std::optional<result_type> result_;
+    std::exception_ptr exception_;
+};
+
+/// The initiation object handed to `asio::async_initiate`.
+template <entry_kind Kind>
+struct initiate_entry {
+    std::shared_ptr<host_core> core;
+    session_options options;
+    cpu_runtime_cache* cache;
+
+    template <class Handler, class F>
+    void operator()(Handler&& handler, F&& body) const {
+        using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind>;
+        op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, cache);
+    }
+};
+
+}  // namespace tenferro::detail

@@ -1,0 +1,171 @@
+#pragma once
+// The weighted FIFO permit queue at the heart of admission.
+//
+// Design (see docs/design/session-entry.md):
+//  * Waiters are intrusive nodes living inside each entry's operation state, so
+//    waiting allocates nothing and leaving the queue (cancellation) is an O(1)
+//    unlink.
+//  * Strict FIFO, no barging: an acquire succeeds at once only when nobody is
+//    queued *and* enough permits are free. A weighted head blocks everybody
+//    behind it until it can be satisfied.
+//  * The queue never runs user code and never resumes anybody. Every mutating
+//    call hands back the list of waiters it granted (in FIFO order); the caller
+//    resumes them after the lock is released, on their own executors.
+//  * One mutex guards everything. Admission is a handful of loads and stores
+//    under it; a lock-free fast path was measured and did not pay on the
+//    workloads in bench/admission (the executor hops dominate).
+//
+// No Asio here: the queue is tested step by step in tests/unit/permit_queue_test.cpp.
+
+#include <cstddef>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace tenferro::detail {
+
+/// An intrusive queue node. Embedded in every entry's operation state.
+struct permit_waiter {
+    enum class state : std::uint8_t {
+        idle,     // not yet offered to the queue
+        waiting,  // linked in the queue
+        granted,  // owns `permits` permits
+        removed,  // left the queue without permits (cancelled, shut down, poisoned)
+    };
+
+    permit_waiter* prev_ = nullptr;
+    permit_waiter* next_ = nullptr;
+    std::size_t permits_ = 1;
+    state state_ = state::idle;
+};
+
+/// A FIFO list of waiters threaded through their own nodes.
+class waiter_list {
+public:
+    waiter_list() = default;
+    waiter_list(waiter_list&& other) noexcept : head_(other.head_), tail_(other.tail_), size_(other.size_) {
+        other.head_ = other.tail_ = nullptr;
+        other.size_ = 0;
+    }
+    waiter_list& operator=(waiter_list&& other) noexcept {
+        head_ = other.head_;
+        tail_ = other.tail_;
+        size_ = other.size_;
+        other.head_ = other.tail_ = nullptr;
+        other.size_ = 0;
+        return *this;
+    }
+    waiter_list(const waiter_list&) = delete;
+    waiter_list& operator=(const waiter_list&) = delete;
+
+    bool empty() const noexcept { return head_ == nullptr; }
+    std::size_t size() const noexcept { return size_; }
+    permit_waiter* front() const noexcept { return head_; }
+
+    void push_back(permit_waiter& w) noexcept {
+        w.prev_ = tail_;
+        w.next_ = nullptr;
+        if (tail_ != nullptr)
+            tail_->next_ = &w;
+        else
+            head_ = &w;
+        tail_ = &w;
+        ++size_;
+    }
+
+    void unlink(permit_waiter& w) noexcept {
+        if (w.prev_ != nullptr)
+            w.prev_->next_ = w.next_;
+        else
+            head_ = w.next_;
+        if (w.next_ != nullptr)
+            w.next_->prev_ = w.prev_;
+        else
+            tail_ = w.prev_;
+        w.prev_ = w.next_ = nullptr;
+        --size_;
+    }
+
+    permit_waiter* pop_front() noexcept {
+        permit_waiter* w = head_;
+        if (w != nullptr) unlink(*w);
+        return w;
+    }
+
+private:
+    permit_waiter* head_ = nullptr;
+    permit_waiter* tail_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+/// What `permit_queue::acquire` decided.
+enum class acquire_outcome : std::uint8_t {
+    granted,     // the waiter holds its permits now
+    queued,      // the waiter is linked; a later release/cancel will grant it
+    would_wait,  // may_wait was false and it could not be admitted at once
+    queue_full,  // the waiter count reached max_waiters
+    poisoned,    // the queue is poisoned
+    shut_down,   // the queue was shut down
+};
+
+/// Counters kept under the queue lock; `cpu_backend::stats()` reads them.
+struct permit_counters {
+    std::size_t permits = 0, available = 0, waiting = 0;
+    std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0;
+};
+
+class permit_queue {
+public:
+    permit_queue(std::size_t permits, std::size_t max_waiters) noexcept;
+
+    /// Offers `w` (with `w.permits_` set) to the queue. FIFO, no barging.
+    acquire_outcome acquire(permit_waiter& w, bool may_wait);
+
+    /// Returns `n` permits and grants as many head waiters as now fit (FIFO
+    /// order, stopping at the first one that does not). The granted waiters are
+    /// returned for the caller to resume.
+    waiter_list release(std::size_t n);
+
+    /// Removes `w` if it is still waiting (returns true) and re-offers the free
+    /// permits, since `w` may have been a weighted head blocking smaller waiters.
+    /// Those newly granted are appended to `granted`.
+    bool cancel(permit_waiter& w, waiter_list& granted);
+
+    /// Marks the queue poisoned and hands back every waiter, now removed.
+    waiter_list poison();
+    /// Marks the queue shut down and hands back every waiter, now removed.
+    waiter_list shut_down();
+
+    /// Entries admitted without a permit grant (sessions inside an execution
+    /// scope reuse the scope's permit) still count as admitted and completed.
+    void note_admitted_without_permits();
+    void note_completed_without_permits();
+    void note_rejected();
+
+    bool poisoned() const;
+    bool is_shut_down() const;
+    std::size_t permits() const noexcept { return permits_; }
+    permit_counters counters() const;
+
+    /// Blocks the calling thread until every permit is back and every entry
+    /// admitted without permits has completed. Used only by the host's destructor.
+    void wait_until_idle();
+
+private:
+    void grant_fitting_locked(waiter_list& granted);
+    waiter_list drain_locked();
+
+    mutable std::mutex mutex_;
+    std::condition_variable idle_cv_;  // signalled when the last permit comes back
+    bool idle_waited_ = false;         // someone sits in wait_until_idle
+    waiter_list waiters_;
+    const std::size_t permits_;
+    const std::size_t max_waiters_;
+    std::size_t available_;
+    std::size_t nested_running_ = 0;
+    std::uint64_t admitted_ = 0, completed_ = 0, rejected_ = 0, cancelled_ = 0;
+    bool poisoned_ = false;
+    bool shut_down_ = false;
+};
+
+}  // namespace tenferro::detail

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// Typed admission failures of a session entry and the `session_result<T>` every
+/// entry completes with.
+///
+/// An entry can fail *before* the session body runs (it was re-entered, contended,
+/// mismatched, poisoned, shut down or cancelled). Those failures are values of
+/// `session_entry_error`, carried in the error half of `session_result<T>`; the
+/// body's own value — even its own `tl::expected` or `std::error_code` — always
+/// travels in the value half, so the two are never confused.
+
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <tl/expected.hpp>
+
+namespace tenferro {
+
+/// Why an entry was rejected. Every code is decided before the body starts (rule S3).
+enum class session_entry_errc : int {
+    reentered = 1,         ///< a nested entry inside a running session (any backend)
+    contended,             ///< a busy resource that admission cannot (or was told not to) wait for
+    incompatible_context,  ///< mismatched execution scope / executor / cache declaration
+    resource_poisoned,     ///< admission state poisoned by an earlier failure inside admission
+    executor,              ///< the compute executor cannot be entered (stopped, shut down, lost work)
+    cancelled,             ///< the entry was cancelled while waiting; the body did not run
+};
+
+/// The category of `session_entry_errc`; `name()` is `"tenferro.session_entry"`.
+const std::error_category& session_entry_category() noexcept;
+
+/// Wraps `e` in a `std::error_code` of `session_entry_category()`.
+std::error_code make_error_code(session_entry_errc e) noexcept;
+
+/// An admission failure: the code, the backend that rejected the entry, and what
+/// exactly was busy, mismatched or poisoned.
+class session_entry_error {
+public:
+    /// \param code    why the entry was rejected
+    /// \param backend the rejecting backend's name, e.g. `"cpu"` (copied)
+    /// \param detail  free text naming the busy / mismatched resource
+    session_entry_error(session_entry_errc code, std::string_view backend, std::string detail = {});
+
+    session_entry_errc code() const noexcept { return code_; }
+    std::string_view backend() const noexcept { return backend_; }
+    std::string_view detail() const noexcept { return detail_; }
+    /// `make_error_code(code())`.
+    std::error_code error_code() const noexcept { return make_error_code(code_); }
+    /// `"<backend>: session entry rejected because <reason>[: <detail>]"`.
+    std::string message() const;
+
+private:
+    session_entry_errc code_;
+    std::string backend_;
+    std::string detail_;
+};
+
+/// True when `e.code() == c`: `if (r.error() == session_entry_errc::contended)`.
+inline bool operator==(const session_entry_error& e, session_entry_errc c) noexcept {
+    return e.code() == c;
+}
+
+/// What every session entry completes with: the body's value (`T` may be `void`),
+/// or the admission failure that kept the body from running.
+template <class T>
+using session_result = tl::expected<T, session_entry_error>;
+
+}  // namespace tenferro
+
+template <>
+struct std::is_error_code_enum<tenferro::session_entry_errc> : std::true_type {};

@@ -1,0 +1,11 @@
+#pragma once
+/// \file
+/// Umbrella header: everything a tenferro user needs.
+
+#include "tenferro/admission_observer.hpp"
+#include "tenferro/backend_session.hpp"
+#include "tenferro/backend_session_host.hpp"
+#include "tenferro/cpu_backend.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
+#include "tenferro/execution_scope.hpp"
+#include "tenferro/session_entry_error.hpp"

@@ -1,0 +1,258 @@
+#include "tenferro/detail/compute_pool.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <system_error>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TENFERRO_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define TENFERRO_CPU_RELAX() asm volatile("yield")
+#else
+#define TENFERRO_CPU_RELAX() ((void)0)
+#endif
+
+namespace tenferro::detail {
+namespace {
+
+// How long an idle worker polls for new work before it parks. Long enough to
+// cover the caller's hop back to its io_context and its next admission (a
+// request loop), short enough that an idle host stops burning a core at once.
+constexpr auto spin_budget = std::chrono::microseconds(200);
+// At most this many workers spin at a time; the rest park at once. On a small
+// machine a second spinner would only steal the core the I/O thread needs.
+constexpr std::size_t max_spinners = 1;
+
+thread_local const compute_pool* current_pool = nullptr;
+
+}  // namespace
+
+compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (!cpus.empty()) {
+        if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+            throw std::system_error(errno, std::system_category(), "tenferro: sched_getaffinity");
+        for (unsigned cpu : cpus) {
+            if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))
+                throw std::system_error(EINVAL, std::system_category(),
+                                        "tenferro: cpu_backend_options.cpus names CPU " +
+                                            std::to_string(cpu) + ", which this process may not run on");
+        }
+    }
+    workers_.reserve(threads);
+    try {
+        for (std::size_t i = 0; i < threads; ++i) {
+            workers_.emplace_back([this, i] { worker_main(i); });
+            if (!cpus.empty()) {
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(cpus[i % cpus.size()], &one);
+                if (int rc = pthread_setaffinity_np(workers_.back().native_handle(), sizeof(one), &one); rc != 0)
+                    throw std::system_error(rc, std::system_category(), "tenferro: pthread_setaffinity_np");
+            }
+        }
+    } catch (...) {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        for (auto& t : workers_) t.join();
+        throw;
+    }
+}
+
+compute_pool::~compute_pool() {
+    pool_task* orphans = nullptr;
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+        orphans = head_;
+        head_ = tail_ = nullptr;
+        queued_ = 0;
+        queued_hint_.store(0, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    while (orphans != nullptr) {
+        pool_task* next = orphans->next_task_;
+        orphans->drop();
+        orphans = next;
+    }
+    // asio::execution_context's destructor shuts down and destroys services.
+    shutdown();
+    destroy();
+}
+
+bool compute_pool::running_in_this_thread() const noexcept { return current_pool == this; }
+
+void compute_pool::submit(pool_task& task) noexcept {
+    for (std::size_t n = drop_next_.load(std::memory_order_relaxed); n > 0;) {
+        if (drop_next_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+            task.drop();
+            return;
+        }
+    }
+    {
+        std::lock_guard lock(mutex_);
+        if (!stopping_) {
+            task.next_task_ = nullptr;
+            if (tail_ != nullptr)
+                tail_->next_task_ = &task;
+            else
+                head_ = &task;
+            tail_ = &task;
+            ++queued_;
+            queued_hint_.store(queued_, std::memory_order_release);
+            // A spinner will take one task; wake a sleeper for each task beyond
+            // what the spinners absorb. A spinner that gives up re-checks the
+            // queue under this lock before it parks, so no wake-up is lost.
+            if (sleepers_ > 0 && queued_ > spinners_.load(std::memory_order_acquire)) wake_.notify_one();
+            return;
+        }
+    }
+    // Only reachable when work is submitted while the pool is being destroyed
+    // (a session body leaking work past its host); the owner learns via drop().
+    task.drop();
+}
+
+pool_task* compute_pool::try_pop() noexcept {
+    pool_task* task = head_;
+    if (task != nullptr) {
+        head_ = task->next_task_;
+        if (head_ == nullptr) tail_ = nullptr;
+        --queued_;
+        queued_hint_.store(queued_, std::memory_order_relaxed);
+    }
+    return task;
+}
+
+void compute_pool::worker_main(std::size_t /*index*/) {
+    current_pool = this;
+    for (;;) {
+        pool_task* task = nullptr;
+        {
+            std::lock_guard lock(mutex_);
+            task = try_pop();
+            if (task == nullptr && stopping_) return;
+        }
+        if (task == nullptr && spinners_.fetch_add(1, std::memory_order_acq_rel) < max_spinners) {
+            const auto deadline = std::chrono::steady_clock::now() + spin_budget;
+            unsigned round = 0;
+            while (queued_hint_.load(std::memory_order_acquire) == 0) {
+                TENFERRO_CPU_RELAX();
+                if ((++round & 63) == 0 && std::chrono::steady_clock::now() >= deadline) break;
+            }
+            spinners_.fetch_sub(1, std::memory_order_acq_rel);
+        } else if (task == nullptr) {
+            spinners_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+        if (task == nullptr) {
+            std::unique_lock lock(mutex_);
+            while ((task = try_pop()) == nullptr) {
+                if (stopping_) return;
+                ++sleepers_;
+                wake_.wait(lock);
+                --sleepers_;
+            }
+        }
+        task->run();
+    }
+}
+
+namespace {
+
+// The shared state of one parallel_for; lives on the caller's stack.
+struct parallel_region {
+    parallel_region(function_ref<void(std::int64_t, std::int64_t)> b, std::int64_t n, std::int64_t parts) noexcept
+        : body(b), count(n), chunk((n + parts - 1) / parts), chunks((n + chunk - 1) / chunk) {}
+
+    function_ref<void(std::int64_t, std::int64_t)> body;
+    const std::int64_t count;
+    const std::int64_t chunk;
+    const std::int64_t chunks;
+    std::atomic<std::int64_t> next_chunk{0};
+    std::atomic<std::size_t> helpers_out{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+
+    void work() noexcept {
+        for (;;) {
+            const std::int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed);
+            if (c >= chunks || failed.load(std::memory_order_relaxed)) return;
+            const std::int64_t begin = c * chunk;
+            const std::int64_t end = begin + chunk < count ? begin + chunk : count;
+            try {
+                body(begin, end);
+            } catch (...) {
+                if (!failed.exchange(true, std::memory_order_acq_rel)) error = std::current_exception();
+                return;
+            }
+        }
+    }
+
+    void helper_done() noexcept {
+        // Release: the caller reads `error` and the body's writes after this.
+        if (helpers_out.fetch_sub(1, std::memory_order_acq_rel) == 1) helpers_out.notify_one();
+    }
+};
+
+class region_helper final : public pool_task {
+public:
+    region_helper() = default;
+    explicit region_helper(parallel_region& r) : region_(&r) {}
+    void run() noexcept override {
+        region_->work();
+        region_->helper_done();
+    }
+    void drop() noexcept override { region_->helper_done(); }  // the caller covers its chunks
+
+private:
+    parallel_region* region_ = nullptr;
+};
+
+}  // namespace
+
+void compute_pool::parallel_for(std::size_t workers, std::int64_t count, std::int64_t grain,
+                                function_ref<void(std::int64_t, std::int64_t)> body) {
+    if (count <= 0) return;
+    if (grain < 1) grain = 1;
+    const std::int64_t max_chunks = (count + grain - 1) / grain;
+    const std::int64_t parts =
+        static_cast<std::int64_t>(workers) < max_chunks ? static_cast<std::int64_t>(workers) : max_chunks;
+    if (parts <= 1) {
+        body(0, count);
+        return;
+    }
+    parallel_region region(body, count, parts);
+    const std::size_t helpers = static_cast<std::size_t>(region.chunks - 1);
+    region.helpers_out.store(helpers, std::memory_order_relaxed);
+
+    constexpr std::size_t inline_helpers = 16;
+    region_helper local[inline_helpers];
+    std::unique_ptr<region_helper[]> heap;
+    region_helper* slots = local;
+    if (helpers > inline_helpers) {
+        heap = std::make_unique<region_helper[]>(helpers);
+        slots = heap.get();
+    }
+    for (std::size_t i = 0; i < helpers; ++i) {
+        slots[i] = region_helper(region);
+        submit(slots[i]);
+    }
+    region.work();
+    // Helpers cannot be recalled from the queue (their nodes live here), so
+    // wait for every one to check in; admission guarantees each has a worker.
+    for (std::size_t out = region.helpers_out.load(std::memory_order_acquire); out != 0;
+         out = region.helpers_out.load(std::memory_order_acquire))
+        region.helpers_out.wait(out, std::memory_order_acquire);
+    if (region.error) std::rethrow_exception(region.error);
+}
+
+}  // namespace tenferro::detail

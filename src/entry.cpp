@@ -1,0 +1,238 @@
+// The handler-independent half of a session entry: admission decisions, the
+// runner, and the release path. See include/tenferro/detail/entry_op.hpp.
+
+#include <string>
+
+#include "cpu_session.hpp"
+#include "tenferro/detail/entry_op.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+// What an asynchronous session body needs to outlive its suspensions: its
+// context (carried by its session_executor) and its session object.
+struct async_session_state final : session_context {
+    async_session_state(const void* host, compute_pool& pool, std::size_t permits)
+        : session_context(context_kind::session, host), session(pool, permits) {}
+    cpu_session session;
+};
+
+struct scope_state final : session_context {
+    scope_state(const void* host, std::string_view backend)
+        : session_context(context_kind::scope, host), scope(backend) {}
+    execution_scope scope;
+};
+
+std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " permit" : " permits"); }
+
+}  // namespace
+
+entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind,
+                       bool async_body, cpu_runtime_cache* cache) noexcept
+    : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body), cache_(cache) {
+    permits_ = options_.permits;
+}
+
+entry_base::~entry_base() = default;
+
+void entry_base::reject(session_entry_errc code, std::string detail) noexcept {
+    try {
+        error_.emplace(code, core_->name(), std::move(detail));
+    } catch (...) {
+        error_.emplace(code, std::string_view{});  // out of memory for the detail text
+    }
+    complete(false);
+}
+
+void entry_base::reject_counted(session_entry_errc code, std::string detail) noexcept {
+    core_->queue().note_rejected();
+    reject(code, std::move(detail));
+}
+
+void entry_base::start(session_context* ctx) noexcept {
+    permit_queue& queue = core_->queue();
+    const bool is_scope = kind_ == entry_kind::scope;
+
+    if (ctx != nullptr) {
+        if (ctx->kind == context_kind::session)
+            return reject_counted(session_entry_errc::reentered,
+                                  std::string(is_scope ? "an execution scope" : "a session") +
+                                      " was entered from inside a running session body; a session cannot wait "
+                                      "for admission while it holds permits");
+        if (ctx->host != core_.get())
+            return reject_counted(session_entry_errc::incompatible_context,
+                                  std::string(is_scope ? "an execution scope" : "a session") +
+                                      " was entered inside an execution scope of another host");
+        if (is_scope)
+            return reject_counted(session_entry_errc::reentered,
+                                  "an execution scope was entered inside an execution scope of the same host");
+        if (options_.permits != 1)
+            return reject_counted(session_entry_errc::incompatible_context,
+                                  "the execution scope holds 1 permit and the session asks for " +
+                                      permits_text(options_.permits));
+        if (cache_ != nullptr && !cache_->try_claim())
+            return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
+        cache_claimed_ = cache_ != nullptr;
+        if (ctx->scope_busy.exchange(true, std::memory_order_acq_rel)) {
+            release_permits();  // gives the cache claim back; no permits are held yet
+            return reject_counted(session_entry_errc::contended,
+                                  "another session of this execution scope is running");
+        }
+        scope_ = ctx->shared_from_this();
+        queue.note_admitted_without_permits();
+        return schedule();
+    }
+
+    if (options_.permits == 0 || options_.permits > queue.permits())
+        return reject_counted(session_entry_errc::incompatible_context,
+                              "the entry asks for " + permits_text(options_.permits) + " and the host has " +
+                                  permits_text(queue.permits()));
+    if (cache_ != nullptr && cache_->in_use())
+        return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
+
+    switch (queue.acquire(*this, options_.wait == wait_policy::fifo)) {
+    case acquire_outcome::granted:
+        return on_granted();
+    case acquire_outcome::queued:
+        return;  // the queue owns the next step; touch nothing more here
+    case acquire_outcome::would_wait:
+        return reject(session_entry_errc::contended,
+                      "wait_policy::never and " + permits_text(options_.permits) +
+                          " cannot be granted at once (taken, or promised to earlier waiters)");
+    case acquire_outcome::queue_full:
+        return reject(session_entry_errc::contended, "the admission queue is full (max_waiters reached)");
+    case acquire_outcome::poisoned:
+        return reject(session_entry_errc::resource_poisoned,
+                      "an admission_observer hook threw earlier; the host admits nothing more");
+    case acquire_outcome::shut_down:
+        return reject(session_entry_errc::executor, "the host was shut down");
+    }
+}
+
+void entry_base::on_granted() noexcept {
+    // The queue counted this entry as admitted; every failure below gives the
+    // permits back through release_permits(), which counts it as completed.
+    if (cache_ != nullptr) {
+        if (!cache_->try_claim()) {
+            host_core::start_granted(core_->queue().release(permits_));
+            return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
+        }
+        cache_claimed_ = true;
+    }
+    if (admission_observer* observer = core_->observer()) {
+        try {
+            observer->on_admitted(permits_);
+        } catch (...) {
+            core_->poison("an admission_observer::on_admitted hook threw");
+            if (cache_claimed_) cache_->release_claim();
+            cache_claimed_ = false;
+            host_core::start_granted(core_->queue().release(permits_));  // poisoned: grants nobody
+            return reject_counted(session_entry_errc::resource_poisoned,
+                                  "the admission_observer::on_admitted hook threw while admitting this entry");
+        }
+    }
+    holds_permits_ = true;
+    schedule();
+}
+
+void entry_base::schedule() noexcept {
+    // Scopes run their body on the caller's executor: it orchestrates sessions
+    // and must not occupy the compute worker its permit stands for.
+    if (kind_ == entry_kind::scope || options_.where == placement::caller)
+        post_to_caller();
+    else
+        core_->pool().submit(*this);
+}
+
+void entry_base::cancel_waiting() noexcept {
+    waiter_list granted;
+    const bool removed = core_->queue().cancel(*this, granted);
+    host_core::start_granted(std::move(granted));
+    if (removed)
+        reject(session_entry_errc::cancelled,
+               "cancelled while waiting for " + permits_text(options_.permits) + "; the body did not run");
+}
+
+void entry_base::run() noexcept {
+    try {
+        if (kind_ == entry_kind::scope) {
+            auto state = std::make_shared<scope_state>(core_.get(), core_->name());
+            body_context_ = state;
+            spawn_scope(session_executor(caller_executor(), state), state->scope);
+        } else if (async_body_) {
+            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_);
+            body_context_ = state;
+            asio::any_io_executor inner = options_.where == placement::compute
+                                              ? asio::any_io_executor(core_->pool().get_executor())
+                                              : caller_executor();
+            spawn_session(session_executor(std::move(inner), state), state->session);
+        } else {
+            session_context ctx(context_kind::session, core_.get());
+            cpu_session session(core_->pool(), permits_);
+            {
+                sync_context_marker marker(ctx);
+                invoke_sync(session);  // stores the value or the exception
+            }
+            body_finished();
+        }
+    } catch (...) {
+        // Only the runtime's own set-up can get here (allocating the body's
+        // context, wrapping the caller's executor): the body never started.
+        body_context_.reset();
+        error_.emplace(session_entry_errc::executor, core_->name(),
+                       "the session could not be started on its executor");
+        core_->queue().note_rejected();
+        body_finished();
+    }
+}
+
+void entry_base::drop() noexcept {
+    core_->queue().note_rejected();
+    error_.emplace(session_entry_errc::executor, core_->name(),
+                   "the executor dropped the session before running it; the body did not run");
+    release_permits();
+    complete(false);
+}
+
+void entry_base::body_dropped() noexcept {
+    error_.emplace(session_entry_errc::executor, core_->name(),
+                   "the executor destroyed the asynchronous session body before it finished");
+    body_finished();
+}
+
+void entry_base::body_finished() noexcept {
+    if (body_context_) {
+        body_context_->active.store(false, std::memory_order_release);
+        body_context_.reset();
+    }
+    release_permits();
+    // After a body on the caller's executor we are on that executor, so the
+    // caller may be resumed inline; from a compute worker, always post.
+    const bool on_caller = kind_ == entry_kind::scope || options_.where == placement::caller;
+    complete(on_caller);
+}
+
+void entry_base::release_permits() noexcept {
+    if (cache_claimed_) {
+        cache_->release_claim();
+        cache_claimed_ = false;
+    }
+    if (scope_) {
+        scope_->scope_busy.store(false, std::memory_order_release);
+        scope_.reset();
+        core_->queue().note_completed_without_permits();
+        return;
+    }
+    if (!holds_permits_) return;  // rejected before the grant: nothing to give back
+    holds_permits_ = false;
+    if (admission_observer* observer = core_->observer()) {
+        try {
+            observer->on_released(permits_);
+        } catch (...) {
+            core_->poison("an admission_observer::on_released hook threw");
+        }
+    }
+    host_core::start_granted(core_->queue().release(permits_));
+}
+
+}  // namespace tenferro::detail

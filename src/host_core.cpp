@@ -1,0 +1,39 @@
+#include "tenferro/detail/host_core.hpp"
+
+#include "tenferro/detail/entry_op.hpp"
+
+namespace tenferro::detail {
+
+host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
+                     std::shared_ptr<admission_observer> observer)
+    : name_(std::move(name)),
+      queue_(permits, max_waiters),
+      pool_(std::make_unique<compute_pool>(permits, cpus)),
+      observer_(std::move(observer)) {}
+
+void host_core::start_granted(waiter_list granted) noexcept {
+    // Unlink each before starting it: a started entry may complete and free
+    // its node before we would read its `next_`.
+    while (permit_waiter* w = granted.pop_front()) static_cast<entry_base*>(w)->on_granted();
+}
+
+void host_core::poison(std::string_view why) noexcept {
+    waiter_list drained = queue_.poison();
+    while (permit_waiter* w = drained.pop_front())
+        static_cast<entry_base*>(w)->reject(session_entry_errc::resource_poisoned,
+                                            std::string(why) + " before this entry was admitted");
+}
+
+void host_core::shut_down() noexcept {
+    waiter_list drained = queue_.shut_down();
+    while (permit_waiter* w = drained.pop_front())
+        static_cast<entry_base*>(w)->reject(session_entry_errc::executor,
+                                            "the host was shut down while the entry waited");
+}
+
+void host_core::stop_pool() noexcept {
+    queue_.wait_until_idle();
+    pool_.reset();
+}
+
+}  // namespace tenferro::detail

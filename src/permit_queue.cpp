@@ -1,0 +1,133 @@
+#include "tenferro/detail/permit_queue.hpp"
+
+namespace tenferro::detail {
+
+permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters) noexcept
+    : permits_(permits), max_waiters_(max_waiters), available_(permits) {}
+
+acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
+    std::lock_guard lock(mutex_);
+    if (poisoned_) {
+        ++rejected_;
+        return acquire_outcome::poisoned;
+    }
+    if (shut_down_) {
+        ++rejected_;
+        return acquire_outcome::shut_down;
+    }
+    // No barging: free permits go to the queue's head first, never to a newcomer.
+    if (waiters_.empty() && w.permits_ <= available_) {
+        available_ -= w.permits_;
+        w.state_ = permit_waiter::state::granted;
+        ++admitted_;
+        return acquire_outcome::granted;
+    }
+    if (!may_wait) {
+        ++rejected_;
+        return acquire_outcome::would_wait;
+    }
+    if (waiters_.size() >= max_waiters_) {
+        ++rejected_;
+        return acquire_outcome::queue_full;
+    }
+    w.state_ = permit_waiter::state::waiting;
+    waiters_.push_back(w);
+    return acquire_outcome::queued;
+}
+
+void permit_queue::grant_fitting_locked(waiter_list& granted) {
+    // Stop at the first waiter that does not fit: a weighted head blocks those
+    // behind it (S4), otherwise small entries could starve it forever.
+    while (permit_waiter* head = waiters_.front()) {
+        if (head->permits_ > available_) break;
+        waiters_.pop_front();
+        available_ -= head->permits_;
+        head->state_ = permit_waiter::state::granted;
+        ++admitted_;
+        granted.push_back(*head);
+    }
+}
+
+waiter_list permit_queue::release(std::size_t n) {
+    waiter_list granted;
+    std::lock_guard lock(mutex_);
+    available_ += n;
+    ++completed_;
+    if (!poisoned_ && !shut_down_) grant_fitting_locked(granted);
+    if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
+    return granted;
+}
+
+bool permit_queue::cancel(permit_waiter& w, waiter_list& granted) {
+    std::lock_guard lock(mutex_);
+    if (w.state_ != permit_waiter::state::waiting) return false;  // granted or drained first
+    waiters_.unlink(w);
+    w.state_ = permit_waiter::state::removed;
+    ++cancelled_;
+    if (!poisoned_ && !shut_down_) grant_fitting_locked(granted);
+    return true;
+}
+
+waiter_list permit_queue::drain_locked() {
+    waiter_list drained;
+    while (permit_waiter* w = waiters_.pop_front()) {
+        w->state_ = permit_waiter::state::removed;
+        ++rejected_;
+        drained.push_back(*w);
+    }
+    return drained;
+}
+
+waiter_list permit_queue::poison() {
+    std::lock_guard lock(mutex_);
+    poisoned_ = true;
+    return drain_locked();
+}
+
+waiter_list permit_queue::shut_down() {
+    std::lock_guard lock(mutex_);
+    shut_down_ = true;
+    return drain_locked();
+}
+
+void permit_queue::note_admitted_without_permits() {
+    std::lock_guard lock(mutex_);
+    ++admitted_;
+    ++nested_running_;
+}
+
+void permit_queue::note_completed_without_permits() {
+    std::lock_guard lock(mutex_);
+    ++completed_;
+    --nested_running_;
+    if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
+}
+
+void permit_queue::note_rejected() {
+    std::lock_guard lock(mutex_);
+    ++rejected_;
+}
+
+bool permit_queue::poisoned() const {
+    std::lock_guard lock(mutex_);
+    return poisoned_;
+}
+
+bool permit_queue::is_shut_down() const {
+    std::lock_guard lock(mutex_);
+    return shut_down_;
+}
+
+permit_counters permit_queue::counters() const {
+    std::lock_guard lock(mutex_);
+    return {permits_, available_, waiters_.size(), admitted_, completed_, rejected_, cancelled_};
+}
+
+void permit_queue::wait_until_idle() {
+    std::unique_lock lock(mutex_);
+    idle_waited_ = true;
+    idle_cv_.wait(lock, [&] { return available_ == permits_ && nested_running_ == 0; });
+    idle_waited_ = false;
+}
+
+}  // namespace tenferro::detail
