@@ -46,6 +46,7 @@
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
 #include <asio/recycling_allocator.hpp>
+#include <asio/system_executor.hpp>
 
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
@@ -215,6 +216,7 @@ public:
 
 private:
     struct cancel_handler {
+        explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
         void operator()(asio::cancellation_type_t type) const {
             constexpr auto any = asio::cancellation_type::terminal | asio::cancellation_type::partial |
@@ -285,7 +287,14 @@ private:
     }
 
     asio::any_io_executor caller_executor() const override {
-        return unwrap_executor(asio::any_io_executor(work_));
+        if constexpr (std::is_constructible_v<asio::any_io_executor, const work_executor&>) {
+            return unwrap_executor(asio::any_io_executor(work_));
+        } else {
+            // Executors that cannot be type-erased as an I/O executor (such as
+            // use_future's, which runs everything inline) have no thread of
+            // their own for a coroutine body: run it on the system executor.
+            return asio::any_io_executor(asio::system_executor());
+        }
     }
 
     void invoke_sync(backend_session& session) noexcept override {

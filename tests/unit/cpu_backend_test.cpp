@@ -1,0 +1,702 @@
+#include <tenferro/cpu_backend.hpp>
+
+#include <catch2/catch.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/redirect_error.hpp>
+#include <sched.h>
+#include <map>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace tenferro;
+using tenferro::test::gate;
+using tenferro::test::run_until;
+
+namespace {
+
+constexpr session_options caller_placed{1, wait_policy::fifo, placement::caller};
+
+template <class F>
+void spawn(asio::io_context& io, F f) {
+    asio::co_spawn(io, std::move(f), [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+}
+
+/// An async body that holds its permits until `release` is cancelled/expires.
+auto holder(asio::steady_timer& release, std::atomic<bool>& started) {
+    return [&](backend_session&) -> asio::awaitable<int> {
+        started = true;
+        asio::error_code ec;
+        co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_return 1;
+    };
+}
+
+}  // namespace
+
+TEST_CASE("cpu_backend basics: name, permits, a body runs once and its value comes back") {
+    cpu_backend cpu({.permits = 2});
+    CHECK(cpu.name() == "cpu");
+    CHECK(cpu.permits() == 2);
+    asio::io_context io;
+    std::optional<session_result<int>> out;
+    int runs = 0;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        out = co_await cpu.with_backend_session([&](backend_session& s) {
+            ++runs;
+            return static_cast<int>(s.parallelism()) + 40 + (s.backend() == "cpu");
+        });
+    });
+    REQUIRE(run_until(io, [&] { return out.has_value(); }));
+    REQUIRE(out->has_value());
+    CHECK(out->value() == 42);
+    CHECK(runs == 1);
+    const admission_stats st = cpu.stats();
+    CHECK(st.admitted == 1);
+    CHECK(st.completed == 1);
+    CHECK(st.available == 2);
+}
+
+TEST_CASE("permits = 0 means hardware_concurrency") {
+    cpu_backend cpu;
+    const unsigned hw = std::thread::hardware_concurrency();
+    CHECK(cpu.permits() == (hw == 0 ? 1 : hw));
+}
+
+TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_context)") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    std::vector<int> order;
+    int done = 0;
+    for (int i = 0; i < 6; ++i) {
+        spawn(io, [&, i]() -> asio::awaitable<void> {
+            auto r = co_await cpu.with_backend_session(caller_placed, [&, i](backend_session&) { order.push_back(i); });
+            CHECK(r.has_value());
+            ++done;
+        });
+    }
+    // Start all six coroutines: the first is admitted at once, five queue.
+    for (int i = 0; i < 6; ++i) io.poll_one();
+    CHECK(cpu.stats().waiting == 5);
+    CHECK(order.empty());  // the runner is posted, never run inline in the initiation
+    io.run();
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5});
+    CHECK(done == 6);
+}
+
+TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries until satisfied") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    std::vector<std::string> order;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        co_await cpu.with_backend_session(caller_placed, holder(release, held));
+        order.push_back("holder");
+    });
+    io.poll();
+    REQUIRE(held);
+    CHECK(cpu.stats().available == 1);
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto r = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::caller},
+                                                   [&](backend_session& s) { order.push_back("heavy:" + std::to_string(s.parallelism())); });
+        CHECK(r.has_value());
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("light"); });
+    });
+    std::optional<session_result<void>> tried;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        tried = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller}, [&](backend_session&) {
+            order.push_back("never");
+        });
+    });
+    io.poll();
+    // One permit is free, yet the light entry waits behind the heavy head, and a
+    // never-wait entry may not take it either.
+    CHECK(cpu.stats().waiting == 2);
+    CHECK(cpu.stats().available == 1);
+    REQUIRE(tried.has_value());
+    CHECK(tried->error() == session_entry_errc::contended);
+    CHECK(order.empty());
+    release.cancel();
+    io.run();
+    CHECK(order == std::vector<std::string>{"holder", "heavy:2", "light"});
+    CHECK(cpu.stats().available == 2);
+}
+
+TEST_CASE("Cancellation removes a waiter: head, middle, weighted head; others keep their order") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    io.poll();
+    REQUIRE(held);
+
+    std::vector<std::string> order;
+    std::map<std::string, session_entry_errc> errors;
+    std::map<std::string, asio::cancellation_signal> signals;
+    auto enqueue = [&](std::string name, std::size_t permits) {
+        signals[name];
+        spawn(io, [&, name, permits]() -> asio::awaitable<void> {
+            // A named body: GCC 12 miscompiles a lambda temporary with a
+            // std::string capture inside a co_await expression (docs/pitfalls.md).
+            auto body = [&order, name](backend_session&) { order.push_back(name); };
+            auto r = co_await cpu.with_backend_session(
+                {permits, wait_policy::fifo, placement::caller}, std::move(body),
+                asio::bind_cancellation_slot(signals[name].slot(), asio::use_awaitable));
+            if (!r) errors[name] = r.error().code();
+        });
+        io.poll();
+    };
+    enqueue("heavy", 2);
+    enqueue("a", 1);
+    enqueue("b", 1);
+    enqueue("c", 1);
+    CHECK(cpu.stats().waiting == 4);
+
+    // A cancelled middle entry leaves at once; nothing else moves.
+    signals["b"].emit(asio::cancellation_type::partial);
+    io.poll();
+    CHECK(errors["b"] == session_entry_errc::cancelled);
+    CHECK(order.empty());
+    CHECK(cpu.stats().waiting == 3);
+
+    // Cancelling the weighted head re-offers the free permit at once: "a" and
+    // then "c" run although the holder still holds its permit.
+    signals["heavy"].emit(asio::cancellation_type::terminal);
+    io.poll();
+    CHECK(errors["heavy"] == session_entry_errc::cancelled);
+    CHECK(order == std::vector<std::string>{"a", "c"});
+
+    // Cancelling after admission changes nothing.
+    signals["a"].emit(asio::cancellation_type::total);
+    release.cancel();
+    io.run();
+    CHECK(order == std::vector<std::string>{"a", "c"});
+    CHECK(errors.size() == 2);
+    const admission_stats st = cpu.stats();
+    CHECK(st.cancelled == 2);
+    CHECK(st.admitted == st.completed);
+    CHECK(st.available == 2);
+}
+
+TEST_CASE("Result passthrough: the body's own expected, error_code, move-only and void values") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    bool finished = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        session_result<tl::expected<int, std::string>> a = co_await cpu.with_backend_session(
+            [](backend_session&) -> tl::expected<int, std::string> { return tl::make_unexpected(std::string("own")); });
+        REQUIRE(a.has_value());  // admission succeeded
+        CHECK(a->error() == "own");
+
+        session_result<std::error_code> b = co_await cpu.with_backend_session(
+            [](backend_session&) { return std::make_error_code(std::errc::timed_out); });
+        REQUIRE(b.has_value());
+        CHECK(b.value() == std::errc::timed_out);
+
+        session_result<std::unique_ptr<int>> c =
+            co_await cpu.with_backend_session([](backend_session&) { return std::make_unique<int>(5); });
+        REQUIRE(c.has_value());
+        CHECK(*c.value() == 5);
+
+        session_result<void> d = co_await cpu.with_backend_session([](backend_session&) {});
+        CHECK(d.has_value());
+
+        // A body returning a session_result of its own: still just a value.
+        session_result<session_result<int>> e = co_await cpu.with_backend_session([](backend_session&) {
+            return session_result<int>(tl::make_unexpected(session_entry_error(session_entry_errc::contended, "x")));
+        });
+        REQUIRE(e.has_value());
+        CHECK(e->error() == session_entry_errc::contended);
+        finished = true;
+    });
+    REQUIRE(run_until(io, [&] { return finished; }));
+}
+
+TEST_CASE("A throwing body: its exception is rethrown at co_await, permits come back, host healthy") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    std::string caught;
+    bool after = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        try {
+            co_await cpu.with_backend_session([](backend_session&) -> int { throw std::logic_error("body failed"); });
+        } catch (const std::logic_error& e) {
+            caught = e.what();
+        }
+        try {
+            co_await cpu.with_backend_session([](backend_session&) -> asio::awaitable<int> {
+                throw std::out_of_range("async body failed");
+                co_return 1;
+            });
+        } catch (const std::out_of_range& e) {
+            caught += std::string("|") + e.what();
+        }
+        auto r = co_await cpu.with_backend_session([](backend_session&) { return 1; });
+        after = r.has_value() && *r == 1;
+    });
+    REQUIRE(run_until(io, [&] { return after; }));
+    CHECK(caught == "body failed|async body failed");
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 1);
+    CHECK(st.admitted == 3);
+    CHECK(st.completed == 3);
+    CHECK(st.rejected == 0);
+}
+
+TEST_CASE("Resumption: compute bodies run on a worker, the caller resumes on its own thread") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    std::thread::id io_thread, body_thread, resumed_thread, caller_body_thread;
+    bool worker_flag = true;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        co_await cpu.with_backend_session([&](backend_session&) { body_thread = std::this_thread::get_id(); });
+        resumed_thread = std::this_thread::get_id();
+        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) {
+            caller_body_thread = std::this_thread::get_id();
+        });
+        worker_flag = false;
+    });
+    std::thread runner([&] {
+        io_thread = std::this_thread::get_id();
+        io.run();
+    });
+    runner.join();
+    CHECK_FALSE(worker_flag);
+    CHECK(body_thread != io_thread);
+    CHECK(resumed_thread == io_thread);
+    CHECK(caller_body_thread == io_thread);
+}
+
+TEST_CASE("A weighted session gets parallelism() == k and a parallel_for on up to k threads") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 3});
+    std::set<std::thread::id> threads;
+    std::mutex m;
+    std::size_t parallelism = 0;
+    long sum = -1;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto r = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](backend_session& s) {
+            parallelism = s.parallelism();
+            std::atomic<long> total{0};
+            s.parallel_for(3000, 1, [&](std::int64_t b, std::int64_t e) {
+                {
+                    std::lock_guard lock(m);
+                    threads.insert(std::this_thread::get_id());
+                }
+                long local = 0;
+                for (std::int64_t i = b; i < e; ++i) local += i;
+                total += local;
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the helpers join in
+            });
+            return total.load();
+        });
+        sum = r.value();
+    });
+    REQUIRE(run_until(io, [&] { return sum >= 0; }));
+    CHECK(parallelism == 3);
+    CHECK(sum == 3000L * 2999 / 2);
+    CHECK(threads.size() >= 2);
+    CHECK(threads.size() <= 3);
+}
+
+TEST_CASE("Re-entry: a nested entry inside a sync body completes with reentered, without waiting") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    cpu_backend other({.permits = 1});
+    std::optional<session_result<int>> nested_same, nested_other;
+    bool ran_nested = false;
+    bool done = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto r = co_await cpu.with_backend_session([&](backend_session&) {
+            // From inside the body, with callback tokens (a sync body cannot co_await).
+            cpu.with_backend_session([&](backend_session&) { ran_nested = true; return 1; },
+                                     [&](std::exception_ptr, session_result<int> x) { nested_same = std::move(x); });
+            other.with_backend_session([&](backend_session&) { ran_nested = true; return 2; },
+                                       [&](std::exception_ptr, session_result<int> x) { nested_other = std::move(x); });
+            return 0;
+        });
+        CHECK(r.has_value());
+        done = true;
+    });
+    REQUIRE(run_until(io, [&] { return done && nested_same && nested_other; }));
+    CHECK_FALSE(ran_nested);
+    CHECK(nested_same->error() == session_entry_errc::reentered);
+    CHECK(nested_other->error() == session_entry_errc::reentered);
+    CHECK(nested_same->error().backend() == "cpu");
+}
+
+namespace {
+asio::awaitable<session_result<int>> deep(cpu_backend& cpu, int depth) {
+    if (depth == 0) co_return co_await cpu.with_backend_session([](backend_session&) { return 7; });
+    co_return co_await deep(cpu, depth - 1);
+}
+}  // namespace
+
+TEST_CASE("Re-entry: anywhere in an async body's coroutine chain, on either placement") {
+    for (placement where : {placement::compute, placement::caller}) {
+        asio::io_context io;
+        cpu_backend cpu({.permits = 2});
+        cpu_backend other({.permits = 1});
+        std::optional<session_result<int>> direct, chained, foreign;
+        bool done = false;
+        spawn(io, [&]() -> asio::awaitable<void> {
+            auto r = co_await cpu.with_backend_session({1, wait_policy::fifo, where},
+                                                       [&](backend_session&) -> asio::awaitable<int> {
+                                                           direct = co_await deep(cpu, 0);
+                                                           chained = co_await deep(cpu, 4);
+                                                           foreign = co_await deep(other, 2);
+                                                           co_return 1;
+                                                       });
+            CHECK(r.has_value());
+            // Outside the body again: not flagged any more.
+            auto after = co_await deep(cpu, 2);
+            CHECK(after.has_value());
+            done = true;
+        });
+        REQUIRE(run_until(io, [&] { return done; }));
+        CHECK(direct->error() == session_entry_errc::reentered);
+        CHECK(chained->error() == session_entry_errc::reentered);
+        CHECK(foreign->error() == session_entry_errc::reentered);
+        CHECK(cpu.stats().available == 2);
+    }
+}
+
+TEST_CASE("Re-entry: an unrelated coroutine on the same thread is never flagged") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    std::optional<session_result<int>> unrelated;
+    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    io.poll();
+    REQUIRE(held);  // an async body is suspended on this very thread
+    spawn(io, [&]() -> asio::awaitable<void> {
+        unrelated = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 3; });
+    });
+    io.poll();
+    REQUIRE(unrelated.has_value());
+    CHECK(unrelated->value() == 3);
+    release.cancel();
+    io.run();
+}
+
+TEST_CASE("contended: wait_policy::never and the max_waiters bound shed load") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1, .max_waiters = 2});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    io.poll();
+    REQUIRE(held);
+    std::vector<std::optional<session_result<int>>> results(4);
+    int ran = 0;
+    for (int i = 0; i < 3; ++i)
+        spawn(io, [&, i]() -> asio::awaitable<void> {
+            results[i] = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+        });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        results[3] = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller},
+                                                       [&](backend_session&) { return ++ran; });
+    });
+    io.poll();
+    REQUIRE(results[2].has_value());
+    CHECK(results[2]->error() == session_entry_errc::contended);
+    CHECK(results[2]->error().detail().find("max_waiters") != std::string::npos);
+    REQUIRE(results[3].has_value());
+    CHECK(results[3]->error() == session_entry_errc::contended);
+    CHECK(ran == 0);
+    release.cancel();
+    io.run();
+    CHECK(results[0]->value() == 1);
+    CHECK(results[1]->value() == 2);
+    CHECK(cpu.stats().rejected == 2);
+}
+
+TEST_CASE("incompatible_context: zero permits, or more than the host has") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    std::optional<session_result<int>> zero, many;
+    bool ran = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        zero = co_await cpu.with_backend_session({0, wait_policy::fifo, placement::compute},
+                                                 [&](backend_session&) { ran = true; return 0; });
+        many = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute},
+                                                 [&](backend_session&) { ran = true; return 0; });
+    });
+    io.run();
+    CHECK(zero->error() == session_entry_errc::incompatible_context);
+    CHECK(many->error() == session_entry_errc::incompatible_context);
+    CHECK(many->error().detail().find("3 permits") != std::string::npos);
+    CHECK_FALSE(ran);
+}
+
+namespace {
+struct throwing_observer final : admission_observer {
+    std::atomic<int> admissions{0}, releases{0};
+    int throw_on_admission = -1;  // 1-based admission number that throws
+    bool throw_on_release = false;
+    void on_admitted(std::size_t) override {
+        if (++admissions == throw_on_admission) throw std::runtime_error("metrics backend down");
+    }
+    void on_released(std::size_t) override {
+        ++releases;
+        if (throw_on_release) throw std::runtime_error("metrics backend down");
+    }
+};
+}  // namespace
+
+TEST_CASE("Poisoning: an observer throwing in on_admitted poisons the entry, the queue and later entries") {
+    asio::io_context io;
+    auto observer = std::make_shared<throwing_observer>();
+    observer->throw_on_admission = 2;
+    cpu_backend cpu({.permits = 1, .observer = observer});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    std::optional<session_result<int>> running;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        running = co_await cpu.with_backend_session(caller_placed, holder(release, held));
+    });
+    io.poll();
+    REQUIRE(held);
+    std::vector<std::optional<session_result<int>>> queued(3);
+    int ran = 0;
+    for (int i = 0; i < 3; ++i)
+        spawn(io, [&, i]() -> asio::awaitable<void> {
+            queued[i] = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+        });
+    io.poll();
+    CHECK(cpu.stats().waiting == 3);
+    // The running session finishes normally; granting the next entry calls the
+    // throwing hook: that entry and the queue behind it are poisoned.
+    release.cancel();
+    io.run();
+    REQUIRE(running.has_value());
+    CHECK(running->value() == 1);
+    for (auto& q : queued) {
+        REQUIRE(q.has_value());
+        CHECK(q->error() == session_entry_errc::resource_poisoned);
+    }
+    CHECK(ran == 0);
+    CHECK(cpu.poisoned());
+    std::optional<session_result<int>> later;
+    io.restart();
+    spawn(io, [&]() -> asio::awaitable<void> {
+        later = co_await cpu.with_backend_session([&](backend_session&) { return ++ran; });
+    });
+    io.run();
+    CHECK(later->error() == session_entry_errc::resource_poisoned);
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == st.permits);
+    CHECK(st.admitted == st.completed);
+}
+
+TEST_CASE("Poisoning: an observer throwing in on_released lets the session finish and poisons the rest") {
+    asio::io_context io;
+    auto observer = std::make_shared<throwing_observer>();
+    observer->throw_on_release = true;
+    cpu_backend cpu({.permits = 1, .observer = observer});
+    std::optional<session_result<int>> first, second, third;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        first = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 1; });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        second = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 2; });
+    });
+    io.run();
+    CHECK(first->value() == 1);
+    CHECK(second->error() == session_entry_errc::resource_poisoned);
+    CHECK(cpu.poisoned());
+    io.restart();
+    spawn(io, [&]() -> asio::awaitable<void> {
+        third = co_await cpu.with_backend_session([](backend_session&) { return 3; });
+    });
+    io.run();
+    CHECK(third->error() == session_entry_errc::resource_poisoned);
+    CHECK(cpu.stats().available == 1);
+}
+
+TEST_CASE("shutdown: queued and new entries complete with executor; the running one finishes") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    gate g;
+    std::optional<session_result<int>> running, queued, late;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        running = co_await cpu.with_backend_session([&](backend_session&) {
+            g.wait();
+            return 1;
+        });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        queued = co_await cpu.with_backend_session([](backend_session&) { return 2; });
+    });
+    io.poll();
+    REQUIRE(g.wait_for_waiters(1));
+    REQUIRE(cpu.stats().waiting == 1);
+    cpu.shutdown();
+    cpu.shutdown();  // idempotent
+    spawn(io, [&]() -> asio::awaitable<void> {
+        late = co_await cpu.with_backend_session([](backend_session&) { return 3; });
+    });
+    io.poll();
+    REQUIRE(queued.has_value());
+    CHECK(queued->error() == session_entry_errc::executor);
+    REQUIRE(late.has_value());
+    CHECK(late->error() == session_entry_errc::executor);
+    CHECK_FALSE(running.has_value());
+    g.open();
+    REQUIRE(run_until(io, [&] { return running.has_value(); }));
+    CHECK(running->value() == 1);
+    CHECK(cpu.stats().available == 1);
+}
+
+TEST_CASE("A compute executor that drops work completes the entry with executor, leaking nothing") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    cpu.drop_next_runs_for_testing(1);
+    std::optional<session_result<int>> dropped, next;
+    bool ran = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        dropped = co_await cpu.with_backend_session([&](backend_session&) { ran = true; return 1; });
+        next = co_await cpu.with_backend_session([&](backend_session&) { return 2; });
+    });
+    REQUIRE(run_until(io, [&] { return next.has_value(); }));
+    CHECK(dropped->error() == session_entry_errc::executor);
+    CHECK_FALSE(ran);
+    CHECK(next->value() == 2);
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 1);
+    CHECK(st.admitted == st.completed);
+}
+
+TEST_CASE("A caller executor destroyed with a granted caller-placed runner frees everything") {
+    auto io = std::make_unique<asio::io_context>();
+    cpu_backend cpu({.permits = 1});
+    bool ran = false;
+    tenferro::test::counted::live = 0;
+    {
+        tenferro::test::counted probe;
+        cpu.with_backend_session(caller_placed, [&, probe](backend_session&) { ran = true; },
+                                 asio::bind_executor(io->get_executor(), [](std::exception_ptr, session_result<void>) {}));
+    }
+    CHECK(tenferro::test::counted::live == 1);  // the body is held by the pending operation
+    io.reset();                                 // destroys the posted runner unrun
+    CHECK_FALSE(ran);
+    CHECK(tenferro::test::counted::live == 0);
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 1);
+    CHECK(st.admitted == st.completed);
+}
+
+TEST_CASE("Destruction waits for running sessions") {
+    asio::io_context io;
+    std::atomic<bool> finished{false};
+    std::thread runner;
+    {
+        cpu_backend cpu({.permits = 1});
+        gate started;
+        std::atomic<bool> done{false};
+        cpu.with_backend_session(
+            [&](backend_session&) {
+                started.open();
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                finished = true;
+            },
+            [&](std::exception_ptr, session_result<void>) { done = true; });
+        started.wait();
+    }
+    CHECK(finished);
+}
+
+TEST_CASE("cpus pins the workers; a CPU the process may not use throws system_error") {
+    CHECK_THROWS_AS(cpu_backend({.permits = 1, .cpus = {99999}}), std::system_error);
+    cpu_backend pinned({.permits = 2, .cpus = {0}});
+    asio::io_context io;
+    std::optional<session_result<int>> cpu_of_body;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        cpu_of_body = co_await pinned.with_backend_session([](backend_session&) { return sched_getcpu(); });
+    });
+    REQUIRE(run_until(io, [&] { return cpu_of_body.has_value(); }));
+    CHECK(cpu_of_body->value() == 0);
+}
+
+TEST_CASE("with_backend_session_cached: a cache held by a running session makes the entry contended") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    cpu_runtime_cache cache;
+    gate g;
+    std::optional<session_result<int>> first, second, third, uncached;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        first = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) {
+            g.wait();
+            return 1;
+        });
+    });
+    io.poll();
+    REQUIRE(g.wait_for_waiters(1));
+    CHECK(cache.in_use());
+    bool ran = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        second = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) { ran = true; return 2; });
+        uncached = co_await cpu.with_backend_session([](backend_session&) { return 4; });
+    });
+    REQUIRE(run_until(io, [&] { return uncached.has_value(); }));
+    CHECK(second->error() == session_entry_errc::contended);
+    CHECK_FALSE(ran);
+    CHECK(uncached->value() == 4);
+    g.open();
+    REQUIRE(run_until(io, [&] { return first.has_value(); }));
+    CHECK_FALSE(cache.in_use());
+    spawn(io, [&]() -> asio::awaitable<void> {
+        third = co_await cpu.with_backend_session_cached(cache, [](backend_session&) { return 3; });
+    });
+    REQUIRE(run_until(io, [&] { return third.has_value(); }));
+    CHECK(third->value() == 3);
+    CHECK(cpu.stats().available == 2);
+}
+
+TEST_CASE("One thread can have 100,000 entries waiting at once") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    io.poll();
+    constexpr int n = 100000;
+    int completed = 0;
+    long sum = 0;
+    for (int i = 0; i < n; ++i)
+        spawn(io, [&, i]() -> asio::awaitable<void> {
+            auto r = co_await cpu.with_backend_session(caller_placed, [i](backend_session&) { return i; });
+            sum += r.value();
+            ++completed;
+        });
+    io.poll();
+    CHECK(cpu.stats().waiting == static_cast<std::size_t>(n));
+    release.cancel();
+    io.run();
+    CHECK(completed == n);
+    CHECK(sum == static_cast<long>(n) * (n - 1) / 2);
+}

@@ -1,0 +1,152 @@
+#include <tenferro/detail/permit_queue.hpp>
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+using namespace tenferro::detail;
+
+namespace {
+
+struct node : permit_waiter {
+    explicit node(std::size_t n, int id_ = 0) : id(id_) { permits_ = n; }
+    int id;
+};
+
+std::vector<int> ids(waiter_list list) {
+    std::vector<int> out;
+    while (permit_waiter* w = list.pop_front()) out.push_back(static_cast<node*>(w)->id);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("permit_queue grants at once while permits are free and nobody waits") {
+    permit_queue q(2, 100);
+    node a(1, 1), b(1, 2), c(1, 3);
+    CHECK(q.acquire(a, true) == acquire_outcome::granted);
+    CHECK(q.acquire(b, true) == acquire_outcome::granted);
+    CHECK(q.acquire(c, true) == acquire_outcome::queued);
+    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK(c.state_ == permit_waiter::state::waiting);
+    auto cnt = q.counters();
+    CHECK(cnt.available == 0);
+    CHECK(cnt.waiting == 1);
+    CHECK(cnt.admitted == 2);
+    CHECK(ids(q.release(1)) == std::vector<int>{3});
+    CHECK(ids(q.release(1)).empty());
+    CHECK(ids(q.release(1)).empty());
+    cnt = q.counters();
+    CHECK(cnt.available == 2);
+    CHECK(cnt.admitted == 3);
+    CHECK(cnt.completed == 3);
+}
+
+TEST_CASE("permit_queue never lets a newcomer barge past a weighted head") {
+    permit_queue q(2, 100);
+    node hold(1, 0), heavy(2, 1), light(1, 2);
+    REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+    CHECK(q.acquire(heavy, true) == acquire_outcome::queued);
+    // One permit is free, but the heavy head is waiting: the light one queues.
+    CHECK(q.acquire(light, true) == acquire_outcome::queued);
+    node never(1, 3);
+    CHECK(q.acquire(never, false) == acquire_outcome::would_wait);
+    // Releasing the held permit satisfies the head; the light one still waits.
+    CHECK(ids(q.release(1)) == std::vector<int>{1});
+    CHECK(ids(q.release(2)) == std::vector<int>{2});
+}
+
+TEST_CASE("permit_queue grants several fitting waiters in FIFO order on one release") {
+    permit_queue q(3, 100);
+    node hold(3, 0), a(1, 1), b(1, 2), c(2, 3), d(1, 4);
+    REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+    for (node* n : {&a, &b, &c, &d}) REQUIRE(q.acquire(*n, true) == acquire_outcome::queued);
+    // 3 free: a, b fit (2), c needs 2 with 1 left: stop there; d must not pass c.
+    CHECK(ids(q.release(3)) == std::vector<int>{1, 2});
+    CHECK(q.counters().waiting == 2);
+}
+
+TEST_CASE("permit_queue cancel of a weighted head re-offers the permits at once") {
+    permit_queue q(2, 100);
+    node hold(1, 0), heavy(2, 1), light(1, 2), tail(1, 3);
+    REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+    REQUIRE(q.acquire(heavy, true) == acquire_outcome::queued);
+    REQUIRE(q.acquire(light, true) == acquire_outcome::queued);
+    REQUIRE(q.acquire(tail, true) == acquire_outcome::queued);
+    waiter_list granted;
+    CHECK(q.cancel(heavy, granted));
+    CHECK(heavy.state_ == permit_waiter::state::removed);
+    CHECK(ids(std::move(granted)) == std::vector<int>{2});
+    CHECK(q.counters().cancelled == 1);
+    // Cancelling twice, or after a grant, changes nothing.
+    waiter_list none;
+    CHECK_FALSE(q.cancel(heavy, none));
+    CHECK_FALSE(q.cancel(light, none));
+    CHECK(none.empty());
+}
+
+TEST_CASE("permit_queue cancel in the middle keeps the others' order") {
+    permit_queue q(1, 100);
+    node hold(1, 0), a(1, 1), b(1, 2), c(1, 3);
+    REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+    for (node* n : {&a, &b, &c}) REQUIRE(q.acquire(*n, true) == acquire_outcome::queued);
+    waiter_list granted;
+    CHECK(q.cancel(b, granted));
+    CHECK(granted.empty());  // nothing free: hold still holds
+    CHECK(ids(q.release(1)) == std::vector<int>{1});
+    CHECK(ids(q.release(1)) == std::vector<int>{3});
+}
+
+TEST_CASE("permit_queue bounds the waiters with max_waiters") {
+    permit_queue q(1, 2);
+    node hold(1), a(1), b(1), c(1);
+    REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+    CHECK(q.acquire(a, true) == acquire_outcome::queued);
+    CHECK(q.acquire(b, true) == acquire_outcome::queued);
+    CHECK(q.acquire(c, true) == acquire_outcome::queue_full);
+    CHECK(q.counters().rejected == 1);
+}
+
+TEST_CASE("permit_queue poison and shutdown drain the waiters and reject later entries") {
+    SECTION("poison") {
+        permit_queue q(1, 100);
+        node hold(1), a(1, 1), b(1, 2);
+        REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+        REQUIRE(q.acquire(a, true) == acquire_outcome::queued);
+        REQUIRE(q.acquire(b, true) == acquire_outcome::queued);
+        CHECK(ids(q.poison()) == std::vector<int>{1, 2});
+        CHECK(q.poisoned());
+        node late(1);
+        CHECK(q.acquire(late, true) == acquire_outcome::poisoned);
+        CHECK(ids(q.release(1)).empty());
+        auto c = q.counters();
+        CHECK(c.available == 1);
+        CHECK(c.admitted == c.completed);
+        CHECK(c.rejected == 3);
+    }
+    SECTION("shut_down") {
+        permit_queue q(1, 100);
+        node hold(1), a(1, 1);
+        REQUIRE(q.acquire(hold, true) == acquire_outcome::granted);
+        REQUIRE(q.acquire(a, true) == acquire_outcome::queued);
+        CHECK(ids(q.shut_down()) == std::vector<int>{1});
+        CHECK(q.is_shut_down());
+        node late(1);
+        CHECK(q.acquire(late, true) == acquire_outcome::shut_down);
+        CHECK(ids(q.release(1)).empty());
+        CHECK(q.counters().available == 1);
+    }
+}
+
+TEST_CASE("waiter_list unlinks from head, middle and tail") {
+    waiter_list l;
+    node a(1, 1), b(1, 2), c(1, 3);
+    l.push_back(a);
+    l.push_back(b);
+    l.push_back(c);
+    l.unlink(b);
+    CHECK(l.size() == 2);
+    l.unlink(c);
+    l.unlink(a);
+    CHECK(l.empty());
+    CHECK(l.front() == nullptr);
+}
