@@ -9,3 +9,4 @@
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
+#include "tenferro/tensor.hpp"
