@@ -4,6 +4,8 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/redirect_error.hpp>
+#include <asio/use_future.hpp>
+#include <future>
 #include <sched.h>
 #include <map>
 #include <asio/cancellation_signal.hpp>
@@ -326,26 +328,30 @@ TEST_CASE("Re-entry: a nested entry inside a sync body completes with reentered,
     asio::io_context io;
     cpu_backend cpu({.permits = 1});
     cpu_backend other({.permits = 1});
-    std::optional<session_result<int>> nested_same, nested_other;
-    bool ran_nested = false;
+    std::future<session_result<int>> nested_same, nested_other;
+    std::atomic<bool> ran_nested{false};
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         auto r = co_await cpu.with_backend_session([&](backend_session&) {
-            // From inside the body, with callback tokens (a sync body cannot co_await).
-            cpu.with_backend_session([&](backend_session&) { ran_nested = true; return 1; },
-                                     [&](std::exception_ptr, session_result<int> x) { nested_same = std::move(x); });
-            other.with_backend_session([&](backend_session&) { ran_nested = true; return 2; },
-                                       [&](std::exception_ptr, session_result<int> x) { nested_other = std::move(x); });
+            // From inside the body (a sync body cannot co_await). With one
+            // permit held by this very body, waiting would deadlock.
+            nested_same = cpu.with_backend_session([&](backend_session&) { ran_nested = true; return 1; },
+                                                   asio::use_future);
+            nested_other = other.with_backend_session([&](backend_session&) { ran_nested = true; return 2; },
+                                                      asio::use_future);
             return 0;
         });
         CHECK(r.has_value());
         done = true;
     });
-    REQUIRE(run_until(io, [&] { return done && nested_same && nested_other; }));
+    REQUIRE(run_until(io, [&] { return done; }));
+    const session_result<int> same = nested_same.get();
+    const session_result<int> foreign = nested_other.get();
     CHECK_FALSE(ran_nested);
-    CHECK(nested_same->error() == session_entry_errc::reentered);
-    CHECK(nested_other->error() == session_entry_errc::reentered);
-    CHECK(nested_same->error().backend() == "cpu");
+    CHECK(same.error() == session_entry_errc::reentered);
+    CHECK(foreign.error() == session_entry_errc::reentered);
+    CHECK(same.error().backend() == "cpu");
+    CHECK(cpu.stats().rejected == 1);
 }
 
 namespace {
@@ -611,23 +617,22 @@ TEST_CASE("A caller executor destroyed with a granted caller-placed runner frees
 }
 
 TEST_CASE("Destruction waits for running sessions") {
-    asio::io_context io;
     std::atomic<bool> finished{false};
-    std::thread runner;
+    std::promise<bool> completed;  // the completion may arrive after the destructor returned
     {
         cpu_backend cpu({.permits = 1});
         gate started;
-        std::atomic<bool> done{false};
         cpu.with_backend_session(
             [&](backend_session&) {
                 started.open();
                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
                 finished = true;
             },
-            [&](std::exception_ptr, session_result<void>) { done = true; });
+            [&](std::exception_ptr, session_result<void> r) { completed.set_value(r.has_value()); });
         started.wait();
     }
     CHECK(finished);
+    CHECK(completed.get_future().get());
 }
 
 TEST_CASE("cpus pins the workers; a CPU the process may not use throws system_error") {
