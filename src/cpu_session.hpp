@@ -1,19 +1,26 @@
 #pragma once
 // The CPU backend's session: validates arguments and runs kernels through the
-// compute pool's parallel-for, on at most `parallelism()` threads.
+// compute pool's parallel-for, on at most `parallelism()` threads. Outputs and
+// temporaries come from the host's buffer pool. The operations are defined
+// per family in src/ops/*.cpp.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string_view>
 
 #include "tenferro/backend_session.hpp"
+#include "tenferro/buffer_pool.hpp"
 #include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/tensor.hpp"
 
 namespace tenferro::detail {
 
 class cpu_session final : public backend_session {
 public:
-    cpu_session(compute_pool& pool, std::size_t permits) noexcept : pool_(pool), permits_(permits) {}
+    cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers) noexcept
+        : pool_(pool), permits_(permits), buffers_(buffers) {}
 
     std::string_view backend() const noexcept override { return "cpu"; }
     std::size_t parallelism() const noexcept override { return permits_; }
@@ -22,9 +29,18 @@ public:
         pool_.parallel_for(permits_, count, grain, body);
     }
 
+    /// A new row-major tensor whose storage comes from the buffer pool.
+    tensor allocate(dtype type, std::span<const std::int64_t> shape) const {
+        return tensor::empty(type, shape, buffers_);
+    }
+    /// The buffer pool, for temporaries (`std::pmr` containers).
+    buffer_pool& buffers() const noexcept { return *buffers_; }
+
+
 private:
     compute_pool& pool_;
     std::size_t permits_;
+    const std::shared_ptr<buffer_pool>& buffers_;  // owned by the host core, which outlives the session
 };
 
 }  // namespace tenferro::detail

@@ -12,8 +12,9 @@ namespace {
 // What an asynchronous session body needs to outlive its suspensions: its
 // context (carried by its session_executor) and its session object.
 struct async_session_state final : session_context {
-    async_session_state(const void* host, compute_pool& pool, std::size_t permits)
-        : session_context(context_kind::session, host), session(pool, permits) {}
+    async_session_state(const void* host, compute_pool& pool, std::size_t permits,
+                        const std::shared_ptr<buffer_pool>& buffers)
+        : session_context(context_kind::session, host), session(pool, permits, buffers) {}
     cpu_session session;
 };
 
@@ -160,7 +161,8 @@ void entry_base::run() noexcept {
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
         } else if (async_body_) {
-            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_);
+            auto state =
+                std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers());
             body_context_ = state;
             asio::any_io_executor inner = options_.where == placement::compute
                                               ? asio::any_io_executor(core_->pool().get_executor())
@@ -168,7 +170,7 @@ void entry_base::run() noexcept {
             spawn_session(session_executor(std::move(inner), state), state->session);
         } else {
             session_context ctx(context_kind::session, core_.get());
-            cpu_session session(core_->pool(), permits_);
+            cpu_session session(core_->pool(), permits_, core_->buffers());
             {
                 sync_context_marker marker(ctx);
                 invoke_sync(session);  // stores the value or the exception

@@ -17,6 +17,7 @@
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
+#include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/entry_op.hpp"
 #include "tenferro/detail/host_core.hpp"
@@ -37,6 +38,9 @@ struct cpu_backend_options {
     std::vector<unsigned> cpus = {};
     /// Optional metrics hook; see `admission_observer`.
     std::shared_ptr<admission_observer> observer = nullptr;
+    /// Retention cap of the backend's buffer pool: at most this many bytes of
+    /// freed session outputs and temporaries are kept for reuse (0: none).
+    std::size_t buffer_pool_bytes = std::size_t{64} << 20;
 };
 
 /// The CPU backend host. Models `backend_session_host`.
@@ -134,6 +138,9 @@ public:
     std::size_t permits() const noexcept { return core_->queue().permits(); }
     /// A consistent snapshot of the admission counters.
     admission_stats stats() const;
+    /// A snapshot of the buffer pool that sessions allocate their outputs and
+    /// temporaries from (retention cap: `cpu_backend_options::buffer_pool_bytes`).
+    tenferro::buffer_pool_stats buffer_pool_stats() const;
     /// True once an observer hook threw (S11); the host then admits nothing.
     bool poisoned() const noexcept;
     /// Stops admitting: queued and later entries complete with `executor`;

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/buffer_pool.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 
@@ -22,12 +23,14 @@ class entry_base;
 class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-              std::shared_ptr<admission_observer> observer);
+              std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes = 0);
 
     std::string_view name() const noexcept { return name_; }
     permit_queue& queue() noexcept { return queue_; }
     compute_pool& pool() noexcept { return *pool_; }
     admission_observer* observer() const noexcept { return observer_.get(); }
+    /// The pool that sessions allocate outputs and temporaries from.
+    const std::shared_ptr<buffer_pool>& buffers() const noexcept { return buffers_; }
 
     /// Poisons the queue and rejects every queued entry with `resource_poisoned`.
     void poison(std::string_view why) noexcept;
@@ -44,6 +47,7 @@ private:
     permit_queue queue_;
     std::unique_ptr<compute_pool> pool_;
     std::shared_ptr<admission_observer> observer_;
+    std::shared_ptr<buffer_pool> buffers_;
 };
 
 }  // namespace tenferro::detail

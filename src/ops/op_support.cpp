@@ -1,0 +1,176 @@
+#include "ops/op_support.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace tenferro::detail::ops {
+
+void fail(std::string_view op, const std::string& what) {
+    std::string msg(op);
+    msg += ": ";
+    msg += what;
+    throw tensor_error(msg);
+}
+
+void require_float(std::string_view op, std::string_view operand, dtype t) {
+    if (t == dtype::f32 || t == dtype::f64) return;
+    fail(op, "operand " + std::string(operand) + " has dtype " + std::string(to_string(t)) + ", but " +
+                 std::string(op) + " needs f32 or f64");
+}
+
+void require_same_dtype(std::string_view op, std::string_view a_name, dtype a, std::string_view b_name, dtype b) {
+    if (a == b) return;
+    fail(op, "operand " + std::string(b_name) + " has dtype " + std::string(to_string(b)) + ", which differs from " +
+                 std::string(a_name) + "'s dtype " + std::string(to_string(a)));
+}
+
+extents broadcast_shapes(std::string_view op, std::string_view a_name, std::span<const std::int64_t> a,
+                         std::string_view b_name, std::span<const std::int64_t> b) {
+    const std::size_t rank = std::max(a.size(), b.size());
+    extents out(rank, 0);
+    for (std::size_t i = 0; i < rank; ++i) {
+        const std::int64_t ea = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+        const std::int64_t eb = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+        if (ea == eb || eb == 1) {
+            out[i] = ea;
+        } else if (ea == 1) {
+            out[i] = eb;
+        } else {
+            fail(op, "operand " + std::string(b_name) + " has shape " + str(b) + ", which does not broadcast with " +
+                         std::string(a_name) + "'s shape " + str(a));
+        }
+    }
+    return out;
+}
+
+extents broadcast_strides(const const_tensor_view& v, std::span<const std::int64_t> shape) {
+    extents s(shape.size(), 0);
+    const std::size_t lead = shape.size() - v.rank();
+    for (std::size_t i = 0; i < v.rank(); ++i)
+        s[lead + i] = v.shape()[i] == shape[lead + i] ? v.strides()[i] : 0;
+    return s;
+}
+
+std::int64_t normalize_axis(std::string_view op, std::int64_t axis, std::string_view operand,
+                            std::span<const std::int64_t> shape) {
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    if (axis < -rank || axis >= rank)
+        fail(op, "axis " + std::to_string(axis) + " is out of range for operand " + std::string(operand) +
+                     " of shape " + str(shape) + " (rank " + std::to_string(rank) + ")");
+    return axis < 0 ? axis + rank : axis;
+}
+
+std::uint32_t axes_mask(std::string_view op, std::span<const std::int64_t> axes, std::string_view operand,
+                        std::span<const std::int64_t> shape) {
+    if (axes.empty()) return shape.empty() ? 0u : (std::uint32_t{1} << shape.size()) - 1;
+    std::uint32_t mask = 0;
+    for (const std::int64_t a : axes) {
+        const std::int64_t n = normalize_axis(op, a, operand, shape);
+        const std::uint32_t bit = std::uint32_t{1} << n;
+        if (mask & bit)
+            fail(op, "axis " + std::to_string(a) + " is repeated in axes " + str(axes) + " of operand " +
+                         std::string(operand) + " with shape " + str(shape));
+        mask |= bit;
+    }
+    return mask;
+}
+
+void check_out(std::string_view op, std::string_view out_name, const tensor_view& out, dtype type,
+               std::span<const std::int64_t> shape) {
+    const std::string name(out_name);
+    if (out.type() != type)
+        fail(op, name + " has dtype " + std::string(to_string(out.type())) + ", but the result has dtype " +
+                     std::string(to_string(type)));
+    if (!std::ranges::equal(out.shape(), shape))
+        fail(op, name + " has shape " + str(out.shape()) + ", but the result has shape " + str(shape));
+    for (std::size_t i = 0; i < out.rank(); ++i)
+        if (out.strides()[i] == 0 && out.shape()[i] > 1)
+            fail(op, name + " has stride 0 on axis " + std::to_string(i) + " of shape " + str(out.shape()) +
+                         " (a broadcast view); an output must not alias its own elements");
+}
+
+void check_no_overlap(std::string_view op, std::string_view out_name, const tensor_view& out,
+                      std::string_view input_name, const const_tensor_view& input) {
+    if (overlaps(out, input))
+        fail(op, std::string(out_name) + " (shape " + str(out.shape()) + ") overlaps operand " +
+                     std::string(input_name) + " (shape " + str(input.shape()) +
+                     "); an output must not share memory with an input");
+}
+
+template <int K>
+nd_loop<K> make_loop(std::span<const std::int64_t> shape, const std::array<std::span<const std::int64_t>, K>& strides) {
+    nd_loop<K> loop;
+    int r = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        if (r > 0) {
+            bool mergeable = true;
+            for (int k = 0; k < K; ++k)
+                if (loop.strides[k][r - 1] != strides[k][d] * shape[d]) mergeable = false;
+            if (mergeable) {
+                loop.shape[r - 1] *= shape[d];
+                for (int k = 0; k < K; ++k) loop.strides[k][r - 1] = strides[k][d];
+                continue;
+            }
+        }
+        loop.shape[r] = shape[d];
+        for (int k = 0; k < K; ++k) loop.strides[k][r] = strides[k][d];
+        ++r;
+    }
+    if (r == 0) {
+        loop.shape[0] = 1;
+        for (int k = 0; k < K; ++k) loop.strides[k][0] = 0;
+        r = 1;
+    }
+    loop.rank = r;
+    return loop;
+}
+
+template nd_loop<1> make_loop<1>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 1>&);
+template nd_loop<2> make_loop<2>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 2>&);
+template nd_loop<3> make_loop<3>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 3>&);
+
+nd_loop<1> make_memory_order_loop(std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
+                                  std::int64_t& base_offset) {
+    struct axis {
+        std::int64_t extent, stride;
+    };
+    axis axes[max_rank];
+    std::size_t n = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        std::int64_t s = strides[d];
+        if (s < 0) {
+            base_offset += (shape[d] - 1) * s;
+            s = -s;
+        }
+        axes[n++] = {shape[d], s};
+    }
+    std::stable_sort(axes, axes + n, [](const axis& a, const axis& b) { return a.stride > b.stride; });
+    extents sh(n, 0), st(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        sh[i] = axes[i].extent;
+        st[i] = axes[i].stride;
+    }
+    return make_loop<1>(sh.span(), {st.span()});
+}
+
+void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
+               function_ref<void(std::int64_t, std::int64_t)> body) {
+    if (count <= 0) return;
+    if (cost < 1) cost = 1;
+    if (session.parallelism() <= 1 || count * cost < parallel_threshold) {
+        body(0, count);
+        return;
+    }
+    const std::int64_t grain = std::max<std::int64_t>(1, parallel_grain / cost);
+    session.parallel_for(count, grain, body);
+}
+
+std::int64_t element_count(std::span<const std::int64_t> shape) noexcept {
+    std::int64_t n = 1;
+    for (const std::int64_t e : shape) n *= e;
+    return n;
+}
+
+}  // namespace tenferro::detail::ops
