@@ -36,6 +36,41 @@ public:
     /// The buffer pool, for temporaries (`std::pmr` containers).
     buffer_pool& buffers() const noexcept { return *buffers_; }
 
+    // Elementwise (src/ops/elementwise.cpp).
+    tensor add(const_tensor_view a, const_tensor_view b) override;
+    void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor sub(const_tensor_view a, const_tensor_view b) override;
+    void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor mul(const_tensor_view a, const_tensor_view b) override;
+    void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor div(const_tensor_view a, const_tensor_view b) override;
+    void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor maximum(const_tensor_view a, const_tensor_view b) override;
+    void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor minimum(const_tensor_view a, const_tensor_view b) override;
+    void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor neg(const_tensor_view x) override;
+    void neg_into(const_tensor_view x, tensor_view out) override;
+    tensor abs(const_tensor_view x) override;
+    void abs_into(const_tensor_view x, tensor_view out) override;
+    tensor exp(const_tensor_view x) override;
+    void exp_into(const_tensor_view x, tensor_view out) override;
+    tensor log(const_tensor_view x) override;
+    void log_into(const_tensor_view x, tensor_view out) override;
+    tensor tanh(const_tensor_view x) override;
+    void tanh_into(const_tensor_view x, tensor_view out) override;
+    tensor sqrt(const_tensor_view x) override;
+    void sqrt_into(const_tensor_view x, tensor_view out) override;
+    tensor rsqrt(const_tensor_view x) override;
+    void rsqrt_into(const_tensor_view x, tensor_view out) override;
+    tensor sigmoid(const_tensor_view x) override;
+    void sigmoid_into(const_tensor_view x, tensor_view out) override;
+    tensor relu(const_tensor_view x) override;
+    void relu_into(const_tensor_view x, tensor_view out) override;
+    tensor scale(const_tensor_view x, double alpha) override;
+    void scale_into(const_tensor_view x, double alpha, tensor_view out) override;
+    void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) override;
+    void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) override;
 
 private:
     compute_pool& pool_;

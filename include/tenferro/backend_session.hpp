@@ -2,12 +2,41 @@
 /// \file
 /// `backend_session`: what a session body receives. Every operation is a
 /// virtual member, so one body can run against any backend.
+///
+/// ## Conventions shared by every operation
+///
+/// - Each op comes in an allocating form (`add(a, b) -> tensor`, a new
+///   row-major tensor) and an `_into` form that writes a caller-owned output
+///   (`add_into(a, b, out)`). An `_into` form never reads `out`; `out` must have
+///   exactly the result's dtype and shape, must not overlap any input
+///   (`overlaps(out, input)`), and must not be a broadcast view (stride 0 on an
+///   axis of extent > 1). `out` may be any other strided view.
+/// - Inputs are `const_tensor_view`s of any strides: contiguous, sliced,
+///   transposed, reversed (negative strides) or broadcast (zero strides). A
+///   `tensor` converts implicitly.
+/// - Every invalid argument throws `tensor_error` before anything is written;
+///   its message starts with the op's name (`add`, `add_into`, ...) and names the
+///   operand and the offending shapes / dtypes / axes, e.g.
+///   `"add: operand b has shape [2, 4], which does not broadcast with a's shape [2, 3]"`.
+/// - Arithmetic ops take `f32` or `f64`; both operands of a binary op must
+///   have the same dtype (there is no implicit promotion; use `cast`).
+/// - Axes are `std::int64_t`; a negative axis counts from the end.
+/// - Ops above a size threshold split their work over `parallelism()` threads
+///   in fixed chunks: elementwise results are bitwise identical whatever the
+///   parallelism, and so are reductions (see docs/kernels.md).
+///
+/// \code
+/// tensor y = s.add(s.mul(x, w), b);         // numpy broadcasting: [n, k] * [k] + [k]
+/// s.axpby(0.5, grad, 1.0, params);          // params = 0.5 * grad + params, in place
+/// tensor p = s.sigmoid(y);
+/// \endcode
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "tenferro/detail/function_ref.hpp"
+#include "tenferro/tensor.hpp"
 
 namespace tenferro {
 
@@ -41,6 +70,82 @@ public:
     /// (the remaining ranges are skipped).
     virtual void parallel_for(std::int64_t count, std::int64_t grain,
                               function_ref<void(std::int64_t begin, std::int64_t end)> body) = 0;
+
+    // ---------------------------------------------------------------------
+    /// \name Binary elementwise ops
+    /// `out = a op b` with numpy broadcasting: shapes are aligned at their last
+    /// axis and an extent-1 (or missing) axis stretches to the other operand's
+    /// extent; the result has the broadcast shape. `a` and `b` must have the same
+    /// dtype, `f32` or `f64`. `div` is a true IEEE division. `maximum` / `minimum`
+    /// propagate NaN as numpy does (a NaN operand gives NaN) and return `a` when
+    /// the operands compare equal (so `maximum(-0.0, +0.0)` is `-0.0`).
+    /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes,
+    /// shapes that do not broadcast, and (`_into`) a bad `out`.
+    /// \code
+    /// tensor c = s.add(a, b);          // [2, 3] + [3] -> [2, 3]
+    /// s.maximum_into(a, b, out);       // out must be a [2, 3] f32 view
+    /// \endcode
+    ///@{
+    virtual tensor add(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor sub(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor mul(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor div(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor maximum(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor minimum(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    ///@}
+
+    /// \name Unary elementwise ops
+    /// `out = f(x)`, same shape and dtype (`f32` or `f64`) as `x`.
+    /// `neg`, `abs`, `sqrt` (correctly rounded) and `relu` (`max(x, 0)`; NaN stays
+    /// NaN, `-0` gives `+0`) are exact; `rsqrt` is `1 / sqrt(x)` with a true division
+    /// (within 1 ULP); `exp`, `log`, `tanh` and `sigmoid` (`1 / (1 + e^-x)`, never
+    /// overflowing) are accurate to a few ULP (docs/kernels.md states the bounds)
+    /// and follow C99 for special values: NaN in gives NaN, `exp` overflows to
+    /// `+inf`, `log(0) = -inf`, `log(x < 0) = NaN`, `tanh(+-inf) = +-1`.
+    /// \throws tensor_error for a dtype that is not f32/f64 and (`_into`) a bad `out`.
+    ///@{
+    virtual tensor neg(const_tensor_view x) = 0;
+    virtual void neg_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor abs(const_tensor_view x) = 0;
+    virtual void abs_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor exp(const_tensor_view x) = 0;
+    virtual void exp_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor log(const_tensor_view x) = 0;
+    virtual void log_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor tanh(const_tensor_view x) = 0;
+    virtual void tanh_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor sqrt(const_tensor_view x) = 0;
+    virtual void sqrt_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor rsqrt(const_tensor_view x) = 0;
+    virtual void rsqrt_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor sigmoid(const_tensor_view x) = 0;
+    virtual void sigmoid_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor relu(const_tensor_view x) = 0;
+    virtual void relu_into(const_tensor_view x, tensor_view out) = 0;
+    ///@}
+
+    /// \name Scalar forms
+    /// `scale(x, alpha)` is `alpha * x`. `axpby(alpha, x, beta, y)` updates `y` in
+    /// place: `y = alpha * x + beta * y` (one fused multiply-add where the CPU has
+    /// it); `x` broadcasts to `y`'s shape and may be `y` itself (the same view), but
+    /// must not otherwise overlap it; `y` must not be a broadcast view. As in BLAS,
+    /// `beta == 0` does not read `y` (NaNs in it do not propagate).
+    /// `axpby_into(alpha, x, beta, y, out)` writes `alpha * x + beta * y` (x and y
+    /// broadcast together) to `out`. The scalars are converted to the dtype first.
+    /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
+    /// shapes, an overlapping or broadcast `y` / `out`.
+    ///@{
+    virtual tensor scale(const_tensor_view x, double alpha) = 0;
+    virtual void scale_into(const_tensor_view x, double alpha, tensor_view out) = 0;
+    virtual void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) = 0;
+    virtual void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) = 0;
+    ///@}
 
 protected:
     backend_session() = default;

@@ -46,8 +46,7 @@ extents broadcast_shapes(std::string_view op, std::string_view a_name, std::span
 extents broadcast_strides(const const_tensor_view& v, std::span<const std::int64_t> shape) {
     extents s(shape.size(), 0);
     const std::size_t lead = shape.size() - v.rank();
-    for (std::size_t i = 0; i < v.rank(); ++i)
-        s[lead + i] = v.shape()[i] == shape[lead + i] ? v.strides()[i] : 0;
+    for (std::size_t i = 0; i < v.rank(); ++i) s[lead + i] = v.shape()[i] == shape[lead + i] ? v.strides()[i] : 0;
     return s;
 }
 

@@ -69,7 +69,8 @@ TEST_CASE("op_support: _into output checks", "[op_support]") {
                       Catch::Contains("out has stride 0 on axis 0"));
     const_tensor_view in(data.data() + 3, dtype::f32, {6});
     const_tensor_view apart(data.data() + 6, dtype::f32, {6});
-    CHECK_THROWS_WITH(check_no_overlap("add_into", "out", out, "a", in), Catch::Contains("out (shape [2, 3]) overlaps operand a"));
+    CHECK_THROWS_WITH(check_no_overlap("add_into", "out", out, "a", in),
+                      Catch::Contains("out (shape [2, 3]) overlaps operand a"));
     CHECK_NOTHROW(check_no_overlap("add_into", "out", tensor_view(data.data(), dtype::f32, {6}), "a", apart));
 }
 

@@ -1,0 +1,282 @@
+// Elementwise kernels: binary ops, unary ops, scale and axpby (see elementwise.hpp).
+
+#include "kernels/elementwise.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/elementwise.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "kernels/map-inl.h"
+#include "kernels/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tenferro::kernels::HWY_NAMESPACE {
+namespace {
+
+// Binary functors ------------------------------------------------------------
+
+struct add_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::Add(a, b);
+    }
+};
+struct sub_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::Sub(a, b);
+    }
+};
+struct mul_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::Mul(a, b);
+    }
+};
+struct div_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::Div(a, b);
+    }
+};
+// numpy's maximum: a NaN operand wins; equal values give a.
+struct maximum_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::IfThenElse(hn::Or(hn::Ge(a, b), hn::IsNaN(a)), a, b);
+    }
+};
+struct minimum_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V a, V b) const {
+        return hn::IfThenElse(hn::Or(hn::Le(a, b), hn::IsNaN(a)), a, b);
+    }
+};
+
+// Unary functors -------------------------------------------------------------
+
+struct neg_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V x) const {
+        return hn::Neg(x);
+    }
+};
+struct abs_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V x) const {
+        return hn::Abs(x);
+    }
+};
+struct exp_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return exp_v(d, x);
+    }
+};
+struct log_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return log_v(d, x);
+    }
+};
+struct tanh_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return tanh_v(d, x);
+    }
+};
+struct sqrt_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D, V x) const {
+        return hn::Sqrt(x);
+    }
+};
+// A true division of the correctly rounded square root: no approximate reciprocal.
+struct rsqrt_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return hn::Div(hn::Set(d, 1), hn::Sqrt(x));
+    }
+};
+struct sigmoid_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return sigmoid_v(d, x);
+    }
+};
+// max(x, 0) with NaN propagated and -0 mapped to +0.
+struct relu_f {
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return hn::IfThenZeroElse(hn::Le(x, hn::Zero(d)), x);
+    }
+};
+
+// Scalar-parameter functors --------------------------------------------------
+
+template <class T>
+struct scale_f {
+    T alpha;
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return hn::Mul(hn::Set(d, alpha), x);
+    }
+};
+template <class T>
+struct axpby_f {
+    T alpha, beta;
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x, V y) const {
+        return hn::MulAdd(hn::Set(d, alpha), x, hn::Mul(hn::Set(d, beta), y));
+    }
+};
+
+// Loops ------------------------------------------------------------------------
+
+template <class Op, class T>
+HWY_INLINE void binary_loop(const Op& op, const nd_loop<3>& loop, T* out, const T* a, const T* b, std::int64_t begin,
+                            std::int64_t end) {
+    const hn::ScalableTag<T> d;
+    run_cursor<3> cursor(loop, begin, end);
+    std::int64_t off[3];
+    std::int64_t n;
+    while (cursor.next(off, n))
+        map2_run(d, op, out + off[0], loop.inner_stride(0), a + off[1], loop.inner_stride(1), b + off[2],
+                 loop.inner_stride(2), n);
+}
+
+template <class Op, class T>
+HWY_INLINE void unary_loop(const Op& op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin,
+                           std::int64_t end) {
+    const hn::ScalableTag<T> d;
+    run_cursor<2> cursor(loop, begin, end);
+    std::int64_t off[2];
+    std::int64_t n;
+    while (cursor.next(off, n))
+        map1_run(d, op, out + off[0], loop.inner_stride(0), x + off[1], loop.inner_stride(1), n);
+}
+
+template <class T>
+HWY_INLINE void binary_t(binary_op op, const nd_loop<3>& loop, T* out, const T* a, const T* b, std::int64_t begin,
+                         std::int64_t end) {
+    switch (op) {
+    case binary_op::add:
+        return binary_loop(add_f{}, loop, out, a, b, begin, end);
+    case binary_op::sub:
+        return binary_loop(sub_f{}, loop, out, a, b, begin, end);
+    case binary_op::mul:
+        return binary_loop(mul_f{}, loop, out, a, b, begin, end);
+    case binary_op::div:
+        return binary_loop(div_f{}, loop, out, a, b, begin, end);
+    case binary_op::maximum:
+        return binary_loop(maximum_f{}, loop, out, a, b, begin, end);
+    case binary_op::minimum:
+        return binary_loop(minimum_f{}, loop, out, a, b, begin, end);
+    }
+}
+
+template <class T>
+HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin, std::int64_t end) {
+    switch (op) {
+    case unary_op::neg:
+        return unary_loop(neg_f{}, loop, out, x, begin, end);
+    case unary_op::abs:
+        return unary_loop(abs_f{}, loop, out, x, begin, end);
+    case unary_op::exp:
+        return unary_loop(exp_f{}, loop, out, x, begin, end);
+    case unary_op::log:
+        return unary_loop(log_f{}, loop, out, x, begin, end);
+    case unary_op::tanh:
+        return unary_loop(tanh_f{}, loop, out, x, begin, end);
+    case unary_op::sqrt:
+        return unary_loop(sqrt_f{}, loop, out, x, begin, end);
+    case unary_op::rsqrt:
+        return unary_loop(rsqrt_f{}, loop, out, x, begin, end);
+    case unary_op::sigmoid:
+        return unary_loop(sigmoid_f{}, loop, out, x, begin, end);
+    case unary_op::relu:
+        return unary_loop(relu_f{}, loop, out, x, begin, end);
+    }
+}
+
+template <class T>
+HWY_INLINE void axpby_t(const nd_loop<3>& loop, T alpha, const T* x, T beta, const T* y, T* out, std::int64_t begin,
+                        std::int64_t end) {
+    if (beta == T(0)) {
+        // y is not read: drop it from the loop.
+        nd_loop<2> l2;
+        l2.rank = loop.rank;
+        for (int d = 0; d < loop.rank; ++d) {
+            l2.shape[d] = loop.shape[d];
+            l2.strides[0][d] = loop.strides[0][d];
+            l2.strides[1][d] = loop.strides[1][d];
+        }
+        return unary_loop(scale_f<T>{alpha}, l2, out, x, begin, end);
+    }
+    binary_loop(axpby_f<T>{alpha, beta}, loop, out, x, y, begin, end);
+}
+
+}  // namespace
+
+void BinaryF32(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
+               std::int64_t end) {
+    binary_t(op, loop, out, a, b, begin, end);
+}
+void BinaryF64(binary_op op, const nd_loop<3>& loop, double* out, const double* a, const double* b, std::int64_t begin,
+               std::int64_t end) {
+    binary_t(op, loop, out, a, b, begin, end);
+}
+void UnaryF32(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end) {
+    unary_t(op, loop, out, x, begin, end);
+}
+void UnaryF64(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end) {
+    unary_t(op, loop, out, x, begin, end);
+}
+void AxpbyF32(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
+              std::int64_t begin, std::int64_t end) {
+    axpby_t(loop, alpha, x, beta, y, out, begin, end);
+}
+void AxpbyF64(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
+              std::int64_t begin, std::int64_t end) {
+    axpby_t(loop, alpha, x, beta, y, out, begin, end);
+}
+
+}  // namespace tenferro::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tenferro::kernels {
+
+HWY_EXPORT(BinaryF32);
+HWY_EXPORT(BinaryF64);
+HWY_EXPORT(UnaryF32);
+HWY_EXPORT(UnaryF64);
+HWY_EXPORT(AxpbyF32);
+HWY_EXPORT(AxpbyF64);
+
+void binary(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
+            std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(BinaryF32)(op, loop, out, a, b, begin, end);
+}
+void binary(binary_op op, const nd_loop<3>& loop, double* out, const double* a, const double* b, std::int64_t begin,
+            std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(BinaryF64)(op, loop, out, a, b, begin, end);
+}
+void unary(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(UnaryF32)(op, loop, out, x, begin, end);
+}
+void unary(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(UnaryF64)(op, loop, out, x, begin, end);
+}
+void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
+           std::int64_t begin, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(AxpbyF32)(loop, alpha, x, beta, y, out, begin, end);
+}
+void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
+           std::int64_t begin, std::int64_t end) {
+    HWY_DYNAMIC_DISPATCH(AxpbyF64)(loop, alpha, x, beta, y, out, begin, end);
+}
+
+}  // namespace tenferro::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,41 @@
+#pragma once
+// Elementwise kernels (binary, unary, scale / axpby) over strided loops.
+//
+// Each call dispatches once to the best Highway target and walks positions
+// [begin, end) of `loop` run by run (see nd_loop.hpp). Runs whose operands are
+// unit-stride (or stride 0, a broadcast scalar) are vectorised in place;
+// other runs are gathered into a block buffer, computed, and scattered. Every
+// element, including the tail of a run, goes through the same vector code
+// (tails are padded), so a result depends only on the element's inputs and
+// the target: splitting the positions into any chunks is bitwise identical.
+
+#include <cstdint>
+
+#include "kernels/nd_loop.hpp"
+
+namespace tenferro::kernels {
+
+enum class binary_op : std::uint8_t { add, sub, mul, div, maximum, minimum };
+enum class unary_op : std::uint8_t { neg, abs, exp, log, tanh, sqrt, rsqrt, sigmoid, relu };
+
+/// out = a op b. Operands of `loop`: 0 = out, 1 = a, 2 = b. `maximum` /
+/// `minimum` return a NaN operand when either is NaN, and `a` when they compare equal.
+void binary(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
+            std::int64_t end);
+void binary(binary_op op, const nd_loop<3>& loop, double* out, const double* a, const double* b, std::int64_t begin,
+            std::int64_t end);
+
+/// out = op(x). Operands of `loop`: 0 = out, 1 = x.
+void unary(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end);
+void unary(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end);
+
+/// out = alpha * x + beta * y (one fused multiply-add where the target has it).
+/// Operands of `loop`: 0 = out, 1 = x, 2 = y. When `beta == 0`, y is not read
+/// (it may be null) and out = alpha * x. `out` may be `y` itself with the same
+/// strides (in place); no other overlap is allowed.
+void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
+           std::int64_t begin, std::int64_t end);
+void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
+           std::int64_t begin, std::int64_t end);
+
+}  // namespace tenferro::kernels

@@ -1,0 +1,217 @@
+// The elementwise family of cpu_session: binary ops with numpy broadcasting,
+// unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
+
+#include "kernels/elementwise.hpp"
+#include "cpu_session.hpp"
+#include "ops/op_support.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+using kernels::binary_op;
+using kernels::unary_op;
+using namespace ops;
+
+// Work per element relative to an add, for the parallel threshold.
+constexpr std::int64_t cost_of(unary_op op) {
+    switch (op) {
+    case unary_op::exp:
+    case unary_op::log:
+    case unary_op::tanh:
+    case unary_op::sigmoid:
+        return 8;
+    case unary_op::sqrt:
+    case unary_op::rsqrt:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+template <class T>
+T* typed(const tensor_view& v) {
+    return static_cast<T*>(v.data());
+}
+template <class T>
+const T* typed(const const_tensor_view& v) {
+    return static_cast<const T*>(v.data());
+}
+
+// ---- binary -------------------------------------------------------------------
+
+extents check_binary(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
+    require_float(op, "a", a.type());
+    require_same_dtype(op, "a", a.type(), "b", b.type());
+    return broadcast_shapes(op, "a", a.shape(), "b", b.shape());
+}
+
+void run_binary(cpu_session& s, binary_op op, const const_tensor_view& a, const const_tensor_view& b,
+                const tensor_view& out) {
+    if (out.size() == 0) return;
+    const extents sa = broadcast_strides(a, out.shape());
+    const extents sb = broadcast_strides(b, out.shape());
+    const auto loop = make_loop<3>(out.shape(), {out.strides(), sa.span(), sb.span()});
+    if (out.type() == dtype::f32) {
+        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
+            kernels::binary(op, loop, typed<float>(out), typed<float>(a), typed<float>(b), begin, end);
+        });
+    } else {
+        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
+            kernels::binary(op, loop, typed<double>(out), typed<double>(a), typed<double>(b), begin, end);
+        });
+    }
+}
+
+tensor binary_alloc(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
+                    const const_tensor_view& b) {
+    const extents shape = check_binary(name, a, b);
+    tensor out = s.allocate(a.type(), shape);
+    run_binary(s, op, a, b, out.view());
+    return out;
+}
+
+void binary_into(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
+                 const const_tensor_view& b, const tensor_view& out) {
+    const extents shape = check_binary(name, a, b);
+    check_out(name, "out", out, a.type(), shape);
+    check_no_overlap(name, "out", out, "a", a);
+    check_no_overlap(name, "out", out, "b", b);
+    run_binary(s, op, a, b, out);
+}
+
+// ---- unary --------------------------------------------------------------------
+
+void run_unary(cpu_session& s, unary_op op, const const_tensor_view& x, const tensor_view& out) {
+    if (out.size() == 0) return;
+    const auto loop = make_loop<2>(out.shape(), {out.strides(), x.strides()});
+    if (out.type() == dtype::f32) {
+        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
+            kernels::unary(op, loop, typed<float>(out), typed<float>(x), begin, end);
+        });
+    } else {
+        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
+            kernels::unary(op, loop, typed<double>(out), typed<double>(x), begin, end);
+        });
+    }
+}
+
+tensor unary_alloc(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x) {
+    require_float(name, "x", x.type());
+    tensor out = s.allocate(x.type(), x.shape());
+    run_unary(s, op, x, out.view());
+    return out;
+}
+
+void unary_into(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x,
+                const tensor_view& out) {
+    require_float(name, "x", x.type());
+    check_out(name, "out", out, x.type(), x.shape());
+    check_no_overlap(name, "out", out, "x", x);
+    run_unary(s, op, x, out);
+}
+
+// ---- scale / axpby ------------------------------------------------------------
+
+// out = alpha * x + beta * y over out's shape; y unread (and may be empty) when beta == 0.
+void run_axpby(cpu_session& s, double alpha, const const_tensor_view& x, double beta, const const_tensor_view* y,
+               const tensor_view& out) {
+    if (out.size() == 0) return;
+    const extents sx = broadcast_strides(x, out.shape());
+    const extents sy = y != nullptr ? broadcast_strides(*y, out.shape()) : extents(out.rank(), 0);
+    const auto loop = make_loop<3>(out.shape(), {out.strides(), sx.span(), sy.span()});
+    if (out.type() == dtype::f32) {
+        const auto a = static_cast<float>(alpha);
+        const auto b = static_cast<float>(beta);
+        const float* py = y != nullptr && b != 0.0f ? typed<float>(*y) : nullptr;
+        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
+            kernels::axpby(loop, a, typed<float>(x), b, py, typed<float>(out), begin, end);
+        });
+    } else {
+        const double* py = y != nullptr && beta != 0.0 ? typed<double>(*y) : nullptr;
+        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
+            kernels::axpby(loop, alpha, typed<double>(x), beta, py, typed<double>(out), begin, end);
+        });
+    }
+}
+
+// A view is "the same view" as another when it addresses exactly the same elements in the same order.
+bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
+    if (a.data() != b.data() || a.type() != b.type() || a.rank() != b.rank()) return false;
+    for (std::size_t i = 0; i < a.rank(); ++i)
+        if (a.shape()[i] != b.shape()[i] || (a.shape()[i] > 1 && a.strides()[i] != b.strides()[i])) return false;
+    return true;
+}
+
+}  // namespace
+
+#define TENFERRO_BINARY_OP(name)                                                               \
+    tensor cpu_session::name(const_tensor_view a, const_tensor_view b) {                       \
+        return binary_alloc(*this, #name, binary_op::name, a, b);                              \
+    }                                                                                          \
+    void cpu_session::name##_into(const_tensor_view a, const_tensor_view b, tensor_view out) { \
+        binary_into(*this, #name "_into", binary_op::name, a, b, out);                         \
+    }
+TENFERRO_BINARY_OP(add)
+TENFERRO_BINARY_OP(sub)
+TENFERRO_BINARY_OP(mul)
+TENFERRO_BINARY_OP(div)
+TENFERRO_BINARY_OP(maximum)
+TENFERRO_BINARY_OP(minimum)
+#undef TENFERRO_BINARY_OP
+
+#define TENFERRO_UNARY_OP(name)                                                                            \
+    tensor cpu_session::name(const_tensor_view x) { return unary_alloc(*this, #name, unary_op::name, x); } \
+    void cpu_session::name##_into(const_tensor_view x, tensor_view out) {                                  \
+        unary_into(*this, #name "_into", unary_op::name, x, out);                                          \
+    }
+TENFERRO_UNARY_OP(neg)
+TENFERRO_UNARY_OP(abs)
+TENFERRO_UNARY_OP(exp)
+TENFERRO_UNARY_OP(log)
+TENFERRO_UNARY_OP(tanh)
+TENFERRO_UNARY_OP(sqrt)
+TENFERRO_UNARY_OP(rsqrt)
+TENFERRO_UNARY_OP(sigmoid)
+TENFERRO_UNARY_OP(relu)
+#undef TENFERRO_UNARY_OP
+
+tensor cpu_session::scale(const_tensor_view x, double alpha) {
+    require_float("scale", "x", x.type());
+    tensor out = allocate(x.type(), x.shape());
+    run_axpby(*this, alpha, x, 0.0, nullptr, out.view());
+    return out;
+}
+
+void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
+    require_float("scale_into", "x", x.type());
+    check_out("scale_into", "out", out, x.type(), x.shape());
+    check_no_overlap("scale_into", "out", out, "x", x);
+    run_axpby(*this, alpha, x, 0.0, nullptr, out);
+}
+
+void cpu_session::axpby(double alpha, const_tensor_view x, double beta, tensor_view y) {
+    constexpr std::string_view op = "axpby";
+    require_float(op, "x", x.type());
+    require_same_dtype(op, "x", x.type(), "y", y.type());
+    const extents shape = broadcast_shapes(op, "x", x.shape(), "y", y.shape());
+    if (!std::ranges::equal(shape.span(), y.shape()))
+        fail(op, "operand x has shape " + str(x.shape()) + ", which does not broadcast to y's shape " + str(y.shape()) +
+                     " (y is updated in place and keeps its shape)");
+    check_out(op, "y", y, y.type(), y.shape());
+    if (!same_view(x, y)) check_no_overlap(op, "y", y, "x", x);
+    const const_tensor_view yc = y;
+    run_axpby(*this, alpha, x, beta, &yc, y);
+}
+
+void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) {
+    constexpr std::string_view op = "axpby_into";
+    require_float(op, "x", x.type());
+    require_same_dtype(op, "x", x.type(), "y", y.type());
+    const extents shape = broadcast_shapes(op, "x", x.shape(), "y", y.shape());
+    check_out(op, "out", out, x.type(), shape);
+    check_no_overlap(op, "out", out, "x", x);
+    check_no_overlap(op, "out", out, "y", y);
+    run_axpby(*this, alpha, x, beta, &y, out);
+}
+
+}  // namespace tenferro::detail
