@@ -1,5 +1,7 @@
 #include "tenferro/detail/compute_pool.hpp"
 
+#include "fast_tls.hpp"
+
 #include <pthread.h>
 #include <sched.h>
 
@@ -7,6 +9,10 @@
 #include <chrono>
 #include <string>
 #include <system_error>
+
+#include <asio/detail/call_stack.hpp>
+#include <asio/detail/thread_context.hpp>
+#include <asio/detail/thread_info_base.hpp>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -28,7 +34,7 @@ constexpr auto spin_budget = std::chrono::microseconds(200);
 // machine a second spinner would only steal the core the I/O thread needs.
 constexpr std::size_t max_spinners = 1;
 
-thread_local const compute_pool* current_pool = nullptr;
+TENFERRO_FAST_TLS thread_local const compute_pool* current_pool = nullptr;
 
 }  // namespace
 
@@ -135,6 +141,15 @@ pool_task* compute_pool::try_pop() noexcept {
 
 void compute_pool::worker_main(std::size_t /*index*/) {
     current_pool = this;
+    // Make this thread an Asio thread for the purpose of handler memory:
+    // completions posted from here (the hop back to the caller) then come from
+    // and return to Asio's per-thread recycling cache instead of malloc. Asio's
+    // own schedulers push the same kind of frame; the key is ours, so no Asio
+    // scheduler ever mistakes this thread for one of its own.
+    asio::detail::thread_info_base asio_thread_info;
+    asio::detail::thread_context asio_key;
+    asio::detail::call_stack<asio::detail::thread_context, asio::detail::thread_info_base>::context asio_frame(
+        &asio_key, asio_thread_info);
     for (;;) {
         pool_task* task = nullptr;
         {
@@ -147,7 +162,13 @@ void compute_pool::worker_main(std::size_t /*index*/) {
             unsigned round = 0;
             while (queued_hint_.load(std::memory_order_acquire) == 0) {
                 TENFERRO_CPU_RELAX();
-                if ((++round & 63) == 0 && std::chrono::steady_clock::now() >= deadline) break;
+                if ((++round & 63) == 0) {
+                    if (std::chrono::steady_clock::now() >= deadline) break;
+                    // The thread we just woke (the caller's I/O thread) is often
+                    // placed on this very CPU (wake-affine scheduling); without
+                    // a yield it would wait for the whole spin budget.
+                    sched_yield();
+                }
             }
             spinners_.fetch_sub(1, std::memory_order_acq_rel);
         } else if (task == nullptr) {

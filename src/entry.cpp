@@ -6,6 +6,8 @@
 #include "cpu_session.hpp"
 #include "tenferro/detail/entry_op.hpp"
 
+#include "fast_tls.hpp"
+
 namespace tenferro::detail {
 namespace {
 
@@ -24,6 +26,19 @@ struct scope_state final : session_context {
     execution_scope scope;
 };
 
+// The entry whose initiating function is running on this thread. A body that
+// ran inline inside it (caller placement, admitted at once) must complete by
+// post: Asio forbids invoking the handler from the initiating function.
+TENFERRO_FAST_TLS thread_local const entry_base* initiating_entry = nullptr;
+
+struct initiation_scope {
+    explicit initiation_scope(const entry_base* e) noexcept : previous(initiating_entry) { initiating_entry = e; }
+    ~initiation_scope() { initiating_entry = previous; }
+    initiation_scope(const initiation_scope&) = delete;
+    initiation_scope& operator=(const initiation_scope&) = delete;
+    const entry_base* previous;
+};
+
 std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " permit" : " permits"); }
 
 }  // namespace
@@ -36,12 +51,13 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
 
 entry_base::~entry_base() = default;
 
+void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
+    error_code_ = code;
+    error_detail_ = std::move(detail);  // moves never throw; the caller built the text
+}
+
 void entry_base::reject(session_entry_errc code, std::string detail) noexcept {
-    try {
-        error_.emplace(code, core_->name(), std::move(detail));
-    } catch (...) {
-        error_.emplace(code, std::string_view{});  // out of memory for the detail text
-    }
+    set_error(code, std::move(detail));
     complete(false);
 }
 
@@ -51,6 +67,7 @@ void entry_base::reject_counted(session_entry_errc code, std::string detail) noe
 }
 
 void entry_base::start(session_context* ctx) noexcept {
+    const initiation_scope initiating(this);
     permit_queue& queue = core_->queue();
     const bool is_scope = kind_ == entry_kind::scope;
 
@@ -81,7 +98,7 @@ void entry_base::start(session_context* ctx) noexcept {
         }
         scope_ = ctx->shared_from_this();
         queue.note_admitted_without_permits();
-        return schedule();
+        return schedule(true);
     }
 
     if (options_.permits == 0 || options_.permits > queue.permits())
@@ -93,7 +110,7 @@ void entry_base::start(session_context* ctx) noexcept {
 
     switch (queue.acquire(*this, options_.wait == wait_policy::fifo)) {
     case acquire_outcome::granted:
-        return on_granted();
+        return on_granted(true);
     case acquire_outcome::queued:
         return;  // the queue owns the next step; touch nothing more here
     case acquire_outcome::would_wait:
@@ -110,7 +127,7 @@ void entry_base::start(session_context* ctx) noexcept {
     }
 }
 
-void entry_base::on_granted() noexcept {
+void entry_base::on_granted(bool at_initiation) noexcept {
     // The queue counted this entry as admitted; every failure below gives the
     // permits back through release_permits(), which counts it as completed.
     if (cache_ != nullptr) {
@@ -133,14 +150,19 @@ void entry_base::on_granted() noexcept {
         }
     }
     holds_permits_ = true;
-    schedule();
+    schedule(at_initiation);
 }
 
-void entry_base::schedule() noexcept {
+void entry_base::schedule(bool at_initiation) noexcept {
     // Scopes run their body on the caller's executor: it orchestrates sessions
     // and must not occupy the compute worker its permit stands for.
     if (kind_ == entry_kind::scope || options_.where == placement::caller)
-        post_to_caller();
+        // Admitted inside the initiating function: we are on the caller's
+        // thread, and dispatch runs the body right here when that thread is
+        // in the caller's executor, saving a hop. Granted later (by a release
+        // or a cancellation elsewhere): post, so that no body ever runs inside
+        // another entry's release.
+        run_on_caller(at_initiation);
     else
         core_->pool().submit(*this);
 }
@@ -181,8 +203,7 @@ void entry_base::run() noexcept {
         // Only the runtime's own set-up can get here (allocating the body's
         // context, wrapping the caller's executor): the body never started.
         body_context_.reset();
-        error_.emplace(session_entry_errc::executor, core_->name(),
-                       "the session could not be started on its executor");
+        set_error(session_entry_errc::executor, "the session could not be started on its executor");
         core_->queue().note_rejected();
         body_finished();
     }
@@ -190,15 +211,13 @@ void entry_base::run() noexcept {
 
 void entry_base::drop() noexcept {
     core_->queue().note_rejected();
-    error_.emplace(session_entry_errc::executor, core_->name(),
-                   "the executor dropped the session before running it; the body did not run");
+    set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");
     release_permits();
     complete(false);
 }
 
 void entry_base::body_dropped() noexcept {
-    error_.emplace(session_entry_errc::executor, core_->name(),
-                   "the executor destroyed the asynchronous session body before it finished");
+    set_error(session_entry_errc::executor, "the executor destroyed the asynchronous session body before it finished");
     body_finished();
 }
 
@@ -211,7 +230,7 @@ void entry_base::body_finished() noexcept {
     // After a body on the caller's executor we are on that executor, so the
     // caller may be resumed inline; from a compute worker, always post.
     const bool on_caller = kind_ == entry_kind::scope || options_.where == placement::caller;
-    complete(on_caller);
+    complete(on_caller && initiating_entry != this);
 }
 
 void entry_base::release_permits() noexcept {

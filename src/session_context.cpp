@@ -1,9 +1,11 @@
 #include "tenferro/detail/session_context.hpp"
 
+#include "fast_tls.hpp"
+
 namespace tenferro::detail {
 namespace {
 // Set only while a synchronous session body runs on this thread.
-thread_local session_context* sync_context = nullptr;
+TENFERRO_FAST_TLS thread_local session_context* sync_context = nullptr;
 }  // namespace
 
 session_context* current_sync_context() noexcept { return sync_context; }

@@ -87,6 +87,11 @@ TEST_CASE("permits = 0 means hardware_concurrency") {
 TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_context)") {
     asio::io_context io;
     cpu_backend cpu({.permits = 1});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    io.poll();
+    REQUIRE(held);
     std::vector<int> order;
     int done = 0;
     for (int i = 0; i < 6; ++i) {
@@ -96,13 +101,29 @@ TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_co
             ++done;
         });
     }
-    // Start all six coroutines: the first is admitted at once, five queue.
+    // Start all six coroutines: each queues behind the holder.
     for (int i = 0; i < 6; ++i) io.poll_one();
-    CHECK(cpu.stats().waiting == 5);
-    CHECK(order.empty());  // the runner is posted, never run inline in the initiation
+    CHECK(cpu.stats().waiting == 6);
+    CHECK(order.empty());
+    release.cancel();
     io.run();
     CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5});
     CHECK(done == 6);
+}
+
+TEST_CASE("Caller placement admitted at once runs the body in the initiation, completes by post") {
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    std::vector<std::string> events;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        events.push_back("initiate");
+        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("body"); });
+        events.push_back("resumed");
+    });
+    io.poll_one();  // runs the coroutine up to its co_await: admission and the body happen here
+    CHECK(events == std::vector<std::string>{"initiate", "body"});
+    io.poll_one();  // the completion was posted, never invoked inside the initiating function
+    CHECK(events == std::vector<std::string>{"initiate", "body", "resumed"});
 }
 
 TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries until satisfied") {

@@ -52,6 +52,7 @@
 #include "tenferro/backend_session_host.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/detail/entry_memory.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -69,8 +70,9 @@ public:
     /// initiating function, with the context found on the initiating side.
     void start(session_context* caller_context) noexcept;
 
-    /// The queue granted this entry its permits (any thread).
-    void on_granted() noexcept;
+    /// The queue granted this entry its permits (any thread). `at_initiation`:
+    /// granted inside the initiating function, on the caller's thread.
+    void on_granted(bool at_initiation = false) noexcept;
 
     /// The caller's cancellation slot fired.
     void cancel_waiting() noexcept;
@@ -89,8 +91,10 @@ protected:
                cpu_runtime_cache* cache) noexcept;
     ~entry_base();
 
-    /// Posts `run()` to the caller's associated executor (placement::caller).
-    virtual void post_to_caller() noexcept = 0;
+    /// Hands `run()` to the caller's associated executor (placement::caller):
+    /// `dispatch` when admitted inside the initiating function (the body may
+    /// then run at once, on the caller's thread), `post` otherwise.
+    virtual void run_on_caller(bool may_dispatch) noexcept = 0;
     /// Runs a synchronous body, storing its value or exception.
     virtual void invoke_sync(backend_session& session) noexcept = 0;
     /// Spawns an asynchronous body on `ex`; its completion calls `body_finished()`.
@@ -110,10 +114,14 @@ protected:
     const std::shared_ptr<host_core>& core() const noexcept { return core_; }
     const session_options& options() const noexcept { return options_; }
 
-    std::optional<session_entry_error> error_;
+    /// Records an admission failure (kept as code + text so that the op stays
+    /// small; the session_entry_error is built at completion).
+    void set_error(session_entry_errc code, std::string detail) noexcept;
+    bool has_error() const noexcept { return error_code_ != session_entry_errc{}; }
+    session_entry_error take_error() { return {error_code_, core_->name(), std::move(error_detail_)}; }
 
 private:
-    void schedule() noexcept;
+    void schedule(bool at_initiation) noexcept;
     void release_permits() noexcept;
     void reject_counted(session_entry_errc code, std::string detail) noexcept;
 
@@ -126,6 +134,8 @@ private:
     bool holds_permits_ = false;          // granted and announced to the observer
     std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
+    session_entry_errc error_code_{};     // {} (0): no admission failure
+    std::string error_detail_;
 };
 
 // ---------------------------------------------------------------------------
@@ -169,9 +179,10 @@ class entry_op final : public entry_base {
     using traits = body_traits<F, arg_type>;
     using R = typename traits::value_type;
     using result_type = session_result<R>;
-    using allocator_type =
-        typename std::allocator_traits<asio::associated_allocator_t<Handler, asio::recycling_allocator<void>>>::
-            template rebind_alloc<entry_op>;
+    // The handler's own allocator if it names one, else our per-thread cache.
+    using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
+    using allocator_type = typename std::allocator_traits<handler_allocator>::template rebind_alloc<entry_op>;
+    using handler_executor = asio::associated_executor_t<Handler>;
     using work_executor = std::decay_t<decltype(asio::prefer(
         std::declval<asio::associated_executor_t<Handler>>(), asio::execution::outstanding_work.tracked))>;
 
@@ -179,12 +190,12 @@ public:
     static_assert(Kind == entry_kind::session || traits::is_async,
                   "an execution scope body must return asio::awaitable<R>");
 
-    /// Allocates the operation with the handler's associated allocator
-    /// (Asio's recycling allocator by default) and starts admission.
+    /// Allocates the operation with the handler's associated allocator (our
+    /// per-thread entry cache by default) and starts admission.
     template <class H, class G>
     static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options,
                        cpu_runtime_cache* cache) {
-        allocator_type alloc(asio::get_associated_allocator(handler, asio::recycling_allocator<void>()));
+        allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
         entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
         try {
             std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler),
@@ -205,7 +216,8 @@ public:
              cpu_runtime_cache* cache)
         : entry_base(std::move(core), options, Kind, traits::is_async, cache),
           handler_(std::forward<H>(handler)),
-          work_(asio::prefer(asio::get_associated_executor(handler_), asio::execution::outstanding_work.tracked)),
+          ex_(asio::get_associated_executor(handler_)),
+          work_(asio::prefer(ex_, asio::execution::outstanding_work.tracked)),
           body_(std::forward<G>(body)) {
         // Installed before the entry is queued, so a grant racing with us on
         // another thread never finds the slot half-built. The slot is cleared
@@ -264,7 +276,7 @@ private:
             if (e)
                 o->exception_ = std::move(e);
             else if constexpr (std::is_void_v<R>)
-                o->result_.emplace();
+                o->value_ = true;
             o->body_finished();
         }
         template <class V>
@@ -273,22 +285,26 @@ private:
             if (e)
                 o->exception_ = std::move(e);
             else
-                o->result_.emplace(std::forward<V>(value));
+                o->value_.emplace(std::forward<V>(value));
             o->body_finished();
         }
     };
 
-    void post_to_caller() noexcept override {
+    void run_on_caller(bool may_dispatch) noexcept override {
         try {
-            asio::post(work_, caller_runner(this));
+            if (may_dispatch)
+                asio::dispatch(ex_, caller_runner(this));
+            else
+                asio::post(ex_, caller_runner(this));
         } catch (...) {
-            drop();  // the executor refused the work
+            // The executor refused the work; caller_runner's destructor has
+            // already reported it through drop().
         }
     }
 
     asio::any_io_executor caller_executor() const override {
-        if constexpr (std::is_constructible_v<asio::any_io_executor, const work_executor&>) {
-            return unwrap_executor(asio::any_io_executor(work_));
+        if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>) {
+            return unwrap_executor(asio::any_io_executor(ex_));
         } else {
             // Executors that cannot be type-erased as an I/O executor (such as
             // use_future's, which runs everything inline) have no thread of
@@ -302,9 +318,9 @@ private:
             try {
                 if constexpr (std::is_void_v<R>) {
                     std::invoke(body_, session);
-                    result_.emplace();
+                    value_ = true;
                 } else {
-                    result_.emplace(std::invoke(body_, session));
+                    value_.emplace(std::invoke(body_, session));
                 }
             } catch (...) {
                 exception_ = std::current_exception();
@@ -339,18 +355,18 @@ private:
 
     void complete(bool may_dispatch) noexcept override {
         // The function object owns the op, so even an executor that discards
-        // it frees the op; if the executor throws, nobody can be told.
-        work_executor ex = work_;
+        // it frees the op; if the executor throws, nobody can be told. The
+        // posted function itself counts as work while it is queued.
         if (may_dispatch)
-            asio::dispatch(ex, completion_handler(this));
+            asio::dispatch(ex_, completion_handler(this));
         else
-            asio::post(ex, completion_handler(this));
+            asio::post(ex_, completion_handler(this));
     }
 
     /// On the handler's executor: clear the slot, free the op, call the handler.
     void finish() {
         if (slot_.is_connected()) slot_.clear();
-        allocator_type alloc(asio::get_associated_allocator(handler_, asio::recycling_allocator<void>()));
+        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
         Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
@@ -361,8 +377,12 @@ private:
 
     result_type take_result() {
         // (tl::expected<void, E> lacks the in-place unexpect constructor; go through unexpected.)
-        if (error_) return result_type(tl::unexpected<session_entry_error>(std::move(*error_)));
-        if (result_) return std::move(*result_);
+        if (has_error()) return result_type(tl::unexpected<session_entry_error>(take_error()));
+        if constexpr (std::is_void_v<R>) {
+            if (value_) return result_type();
+        } else {
+            if (value_) return result_type(std::move(*value_));
+        }
         // The body threw: the second argument must be a valid object, and this
         // one says plainly that it carries no value.
         return result_type(tl::unexpected<session_entry_error>(session_entry_error(
@@ -371,7 +391,7 @@ private:
     }
 
     void destroy() noexcept {
-        destroy(allocator_type(asio::get_associated_allocator(handler_, asio::recycling_allocator<void>())));
+        destroy(allocator_type(asio::get_associated_allocator(handler_, entry_allocator<void>())));
     }
     // Asio's rule: free the op's memory before calling the handler, so the
     // handler may start the next operation in the same recycled block.
@@ -381,10 +401,16 @@ private:
     }
 
     Handler handler_;
+    // Hops use the plain executor: every copy of a work-tracking executor that
+    // Asio makes inside post/dispatch would touch the context's shared work
+    // counter. One tracked copy keeps the caller's context running while the
+    // entry waits or runs elsewhere.
+    handler_executor ex_;
     work_executor work_;
     std::decay_t<F> body_;
     asio::cancellation_slot slot_;
-    std::optional<result_type> result_;
+    /// The body's value once it returned (void bodies: whether it did).
+    std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> value_{};
     std::exception_ptr exception_;
 };
 

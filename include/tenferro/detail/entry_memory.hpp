@@ -1,0 +1,37 @@
+#pragma once
+// Per-thread recycling of entry operation states.
+//
+// An entry's state is allocated where it is initiated and freed where its
+// handler runs: for a coroutine, the same I/O thread. Asio's own recycling
+// cache would serve it, but on that thread it is shared with the blocks of
+// every hop back from the compute workers (allocated on a worker, freed on the
+// I/O thread), which keep evicting the entry's larger block. A small cache of
+// our own, used only for entries, keeps a steady request loop off malloc.
+// Handlers with an allocator of their own still get it.
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+namespace tenferro::detail {
+
+void* allocate_entry_memory(std::size_t size);
+void deallocate_entry_memory(void* p, std::size_t size) noexcept;
+
+/// The allocator entry states use when the handler names none.
+template <class T>
+struct entry_allocator {
+    using value_type = T;
+    entry_allocator() noexcept = default;
+    template <class U>
+    entry_allocator(const entry_allocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+    T* allocate(std::size_t n) { return static_cast<T*>(allocate_entry_memory(n * sizeof(T))); }
+    void deallocate(T* p, std::size_t n) noexcept { deallocate_entry_memory(p, n * sizeof(T)); }
+    template <class U>
+    bool operator==(const entry_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+
+}  // namespace tenferro::detail
