@@ -47,8 +47,8 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus) 
         for (unsigned cpu : cpus) {
             if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))
                 throw std::system_error(EINVAL, std::system_category(),
-                                        "tenferro: cpu_backend_options.cpus names CPU " +
-                                            std::to_string(cpu) + ", which this process may not run on");
+                                        "tenferro: cpu_backend_options.cpus names CPU " + std::to_string(cpu) +
+                                            ", which this process may not run on");
         }
     }
     workers_.reserve(threads);

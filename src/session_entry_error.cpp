@@ -25,8 +25,7 @@ class category final : public std::error_category {
 public:
     const char* name() const noexcept override { return "tenferro.session_entry"; }
     std::string message(int ev) const override {
-        return std::string("session entry rejected because ") +
-               reason(static_cast<session_entry_errc>(ev));
+        return std::string("session entry rejected because ") + reason(static_cast<session_entry_errc>(ev));
     }
 };
 
@@ -41,8 +40,7 @@ std::error_code make_error_code(session_entry_errc e) noexcept {
     return {static_cast<int>(e), session_entry_category()};
 }
 
-session_entry_error::session_entry_error(session_entry_errc code, std::string_view backend,
-                                         std::string detail)
+session_entry_error::session_entry_error(session_entry_errc code, std::string_view backend, std::string detail)
     : code_(code), backend_(backend), detail_(std::move(detail)) {}
 
 std::string session_entry_error::message() const {

@@ -28,8 +28,8 @@ concept runtime_cache_control = std::default_initializable<C> && requires(C& c, 
 
 /// A host that names its runtime cache type.
 template <class H>
-concept backend_runtime_cache = requires { typename H::runtime_cache; } &&
-                                runtime_cache_control<typename H::runtime_cache>;
+concept backend_runtime_cache =
+    requires { typename H::runtime_cache; } && runtime_cache_control<typename H::runtime_cache>;
 
 namespace detail {
 /// A synchronous session body and a plain completion callback, used only to

@@ -57,9 +57,7 @@ private:
 };
 
 /// True when `e.code() == c`: `if (r.error() == session_entry_errc::contended)`.
-inline bool operator==(const session_entry_error& e, session_entry_errc c) noexcept {
-    return e.code() == c;
-}
+inline bool operator==(const session_entry_error& e, session_entry_errc c) noexcept { return e.code() == c; }
 
 /// What every session entry completes with: the body's value (`T` may be `void`),
 /// or the admission failure that kept the body from running.

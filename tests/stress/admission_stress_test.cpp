@@ -8,13 +8,6 @@
 
 #include <tenferro/cpu_backend.hpp>
 
-#include <catch2/catch.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <memory>
 #include <random>
@@ -22,6 +15,13 @@
 #include <thread>
 #include <variant>
 #include <vector>
+#include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
 
 #include "test_support.hpp"
 

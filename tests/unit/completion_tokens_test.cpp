@@ -1,6 +1,9 @@
 #include <tenferro/cpu_backend.hpp>
 
-#include <catch2/catch.hpp>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <variant>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -11,10 +14,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
-#include <future>
-#include <optional>
-#include <stdexcept>
-#include <variant>
+#include <catch2/catch.hpp>
 
 #include "test_support.hpp"
 
@@ -34,13 +34,14 @@ void spawn(asio::io_context& io, F f) {
 
 TEST_CASE("use_future: the value, an admission error, and the body's exception") {
     cpu_backend cpu({.permits = 1});
-    std::future<session_result<int>> ok = cpu.with_backend_session([](backend_session&) { return 5; }, asio::use_future);
+    std::future<session_result<int>> ok =
+        cpu.with_backend_session([](backend_session&) { return 5; }, asio::use_future);
     CHECK(ok.get().value() == 5);
-    auto rejected = cpu.with_backend_session({2, wait_policy::fifo, placement::compute},
-                                             [](backend_session&) { return 5; }, asio::use_future);
+    auto rejected = cpu.with_backend_session(
+        {2, wait_policy::fifo, placement::compute}, [](backend_session&) { return 5; }, asio::use_future);
     CHECK(rejected.get().error() == session_entry_errc::incompatible_context);
-    auto thrown = cpu.with_backend_session([](backend_session&) -> int { throw std::domain_error("f"); },
-                                           asio::use_future);
+    auto thrown =
+        cpu.with_backend_session([](backend_session&) -> int { throw std::domain_error("f"); }, asio::use_future);
     CHECK_THROWS_AS(thrown.get(), std::domain_error);
     std::future<session_result<void>> v = cpu.with_backend_session([](backend_session&) {}, asio::use_future);
     CHECK(v.get().has_value());
@@ -50,7 +51,9 @@ TEST_CASE("A plain callback receives (exception_ptr, session_result)") {
     cpu_backend cpu({.permits = 1});
     std::promise<std::pair<bool, int>> p;
     cpu.with_backend_session([](backend_session&) { return 11; },
-                             [&](std::exception_ptr e, session_result<int> r) { p.set_value({e == nullptr, r.value()}); });
+                             [&](std::exception_ptr e, session_result<int> r) {
+                                 p.set_value({e == nullptr, r.value()});
+                             });
     const auto [no_exception, value] = p.get_future().get();
     CHECK(no_exception);
     CHECK(value == 11);
@@ -104,8 +107,10 @@ TEST_CASE("A timeout with awaitable_operators || cancels a waiting entry; its bo
     std::optional<std::variant<session_result<int>, std::monostate>> raced;
     spawn(io, [&]() -> asio::awaitable<void> {
         asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(20));
-        raced = co_await (cpu.with_backend_session([&](backend_session&) { ran = true; return 2; }) ||
-                          timer.async_wait(asio::use_awaitable));
+        raced = co_await (cpu.with_backend_session([&](backend_session&) {
+            ran = true;
+            return 2;
+        }) || timer.async_wait(asio::use_awaitable));
     });
     REQUIRE(run_until(io, [&] { return raced.has_value(); }));
     CHECK(raced->index() == 1);  // the timer won
@@ -126,9 +131,10 @@ TEST_CASE("bind_cancellation_slot with a callback handler cancels a waiter from 
     REQUIRE(g.wait_for_waiters(1));
     asio::cancellation_signal signal;
     std::promise<session_result<void>> p;
-    cpu.with_backend_session([](backend_session&) {}, asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr, session_result<void> r) {
-                                 p.set_value(std::move(r));
-                             }));
+    cpu.with_backend_session(
+        [](backend_session&) {},
+        asio::bind_cancellation_slot(signal.slot(),
+                                     [&](std::exception_ptr, session_result<void> r) { p.set_value(std::move(r)); }));
     signal.emit(asio::cancellation_type::terminal);
     CHECK(p.get_future().get().error() == session_entry_errc::cancelled);
     g.open();

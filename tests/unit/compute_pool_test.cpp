@@ -1,7 +1,5 @@
 #include <tenferro/detail/compute_pool.hpp>
 
-#include <catch2/catch.hpp>
-#include <asio/post.hpp>
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -10,6 +8,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include <asio/post.hpp>
+#include <catch2/catch.hpp>
 
 using namespace tenferro::detail;
 

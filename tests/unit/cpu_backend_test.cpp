@@ -1,21 +1,9 @@
 #include <tenferro/cpu_backend.hpp>
 
-#include <catch2/catch.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/use_future.hpp>
-#include <future>
 #include <sched.h>
-#include <map>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 #include <atomic>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -25,6 +13,18 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
 
 #include "test_support.hpp"
 
@@ -89,7 +89,8 @@ TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_co
     cpu_backend cpu({.permits = 1});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
-    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
     io.poll();
     REQUIRE(held);
     std::vector<int> order;
@@ -140,8 +141,9 @@ TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries unt
     REQUIRE(held);
     CHECK(cpu.stats().available == 1);
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::caller},
-                                                   [&](backend_session& s) { order.push_back("heavy:" + std::to_string(s.parallelism())); });
+        auto r = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::caller}, [&](backend_session& s) {
+            order.push_back("heavy:" + std::to_string(s.parallelism()));
+        });
         CHECK(r.has_value());
     });
     spawn(io, [&]() -> asio::awaitable<void> {
@@ -149,9 +151,8 @@ TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries unt
     });
     std::optional<session_result<void>> tried;
     spawn(io, [&]() -> asio::awaitable<void> {
-        tried = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller}, [&](backend_session&) {
-            order.push_back("never");
-        });
+        tried = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller},
+                                                  [&](backend_session&) { order.push_back("never"); });
     });
     io.poll();
     // One permit is free, yet the light entry waits behind the heavy head, and a
@@ -172,7 +173,8 @@ TEST_CASE("Cancellation removes a waiter: head, middle, weighted head; others ke
     cpu_backend cpu({.permits = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
-    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
     io.poll();
     REQUIRE(held);
 
@@ -297,9 +299,8 @@ TEST_CASE("Resumption: compute bodies run on a worker, the caller resumes on its
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_backend_session([&](backend_session&) { body_thread = std::this_thread::get_id(); });
         resumed_thread = std::this_thread::get_id();
-        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) {
-            caller_body_thread = std::this_thread::get_id();
-        });
+        co_await cpu.with_backend_session(caller_placed,
+                                          [&](backend_session&) { caller_body_thread = std::this_thread::get_id(); });
         worker_flag = false;
     });
     std::thread runner([&] {
@@ -356,10 +357,18 @@ TEST_CASE("Re-entry: a nested entry inside a sync body completes with reentered,
         auto r = co_await cpu.with_backend_session([&](backend_session&) {
             // From inside the body (a sync body cannot co_await). With one
             // permit held by this very body, waiting would deadlock.
-            nested_same = cpu.with_backend_session([&](backend_session&) { ran_nested = true; return 1; },
-                                                   asio::use_future);
-            nested_other = other.with_backend_session([&](backend_session&) { ran_nested = true; return 2; },
-                                                      asio::use_future);
+            nested_same = cpu.with_backend_session(
+                [&](backend_session&) {
+                    ran_nested = true;
+                    return 1;
+                },
+                asio::use_future);
+            nested_other = other.with_backend_session(
+                [&](backend_session&) {
+                    ran_nested = true;
+                    return 2;
+                },
+                asio::use_future);
             return 0;
         });
         CHECK(r.has_value());
@@ -417,7 +426,8 @@ TEST_CASE("Re-entry: an unrelated coroutine on the same thread is never flagged"
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     std::optional<session_result<int>> unrelated;
-    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
     io.poll();
     REQUIRE(held);  // an async body is suspended on this very thread
     spawn(io, [&]() -> asio::awaitable<void> {
@@ -435,7 +445,8 @@ TEST_CASE("contended: wait_policy::never and the max_waiters bound shed load") {
     cpu_backend cpu({.permits = 1, .max_waiters = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
-    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
     io.poll();
     REQUIRE(held);
     std::vector<std::optional<session_result<int>>> results(4);
@@ -468,10 +479,14 @@ TEST_CASE("incompatible_context: zero permits, or more than the host has") {
     std::optional<session_result<int>> zero, many;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        zero = co_await cpu.with_backend_session({0, wait_policy::fifo, placement::compute},
-                                                 [&](backend_session&) { ran = true; return 0; });
-        many = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute},
-                                                 [&](backend_session&) { ran = true; return 0; });
+        zero = co_await cpu.with_backend_session({0, wait_policy::fifo, placement::compute}, [&](backend_session&) {
+            ran = true;
+            return 0;
+        });
+        many = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](backend_session&) {
+            ran = true;
+            return 0;
+        });
     });
     io.run();
     CHECK(zero->error() == session_entry_errc::incompatible_context);
@@ -606,7 +621,10 @@ TEST_CASE("A compute executor that drops work completes the entry with executor,
     std::optional<session_result<int>> dropped, next;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        dropped = co_await cpu.with_backend_session([&](backend_session&) { ran = true; return 1; });
+        dropped = co_await cpu.with_backend_session([&](backend_session&) {
+            ran = true;
+            return 1;
+        });
         next = co_await cpu.with_backend_session([&](backend_session&) { return 2; });
     });
     REQUIRE(run_until(io, [&] { return next.has_value(); }));
@@ -625,8 +643,9 @@ TEST_CASE("A caller executor destroyed with a granted caller-placed runner frees
     tenferro::test::counted::live = 0;
     {
         tenferro::test::counted probe;
-        cpu.with_backend_session(caller_placed, [&, probe](backend_session&) { ran = true; },
-                                 asio::bind_executor(io->get_executor(), [](std::exception_ptr, session_result<void>) {}));
+        cpu.with_backend_session(
+            caller_placed, [&, probe](backend_session&) { ran = true; },
+            asio::bind_executor(io->get_executor(), [](std::exception_ptr, session_result<void>) {}));
     }
     CHECK(tenferro::test::counted::live == 1);  // the body is held by the pending operation
     io.reset();                                 // destroys the posted runner unrun
@@ -685,7 +704,10 @@ TEST_CASE("with_backend_session_cached: a cache held by a running session makes 
     CHECK(cache.in_use());
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        second = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) { ran = true; return 2; });
+        second = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) {
+            ran = true;
+            return 2;
+        });
         uncached = co_await cpu.with_backend_session([](backend_session&) { return 4; });
     });
     REQUIRE(run_until(io, [&] { return uncached.has_value(); }));
@@ -708,7 +730,8 @@ TEST_CASE("One thread can have 100,000 entries waiting at once") {
     cpu_backend cpu({.permits = 1});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
-    spawn(io, [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await cpu.with_backend_session(caller_placed, holder(release, held)); });
     io.poll();
     constexpr int n = 100000;
     int completed = 0;

@@ -1,12 +1,12 @@
 #include <tenferro/execution_scope.hpp>
 
-#include <catch2/catch.hpp>
+#include <optional>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
-#include <optional>
+#include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
 
 #include "test_support.hpp"
@@ -90,7 +90,8 @@ TEST_CASE("A second session of the scope while one runs completes with contended
     CHECK(cpu.stats().available == 2);
 }
 
-TEST_CASE("Inside a scope: another host is incompatible, a nested scope is reentered, and so is a session in a session") {
+TEST_CASE(
+    "Inside a scope: another host is incompatible, a nested scope is reentered, and so is a session in a session") {
     asio::io_context io;
     cpu_backend cpu({.permits = 2});
     cpu_backend other({.permits = 1});
@@ -99,10 +100,10 @@ TEST_CASE("Inside a scope: another host is incompatible, a nested scope is reent
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_execution_scope([&](execution_scope&) -> asio::awaitable<void> {
             foreign_session = co_await other.with_backend_session([](backend_session&) { return 1; });
-            foreign_scope = co_await other.with_execution_scope(
-                [](execution_scope&) -> asio::awaitable<int> { co_return 2; });
-            nested_scope = co_await cpu.with_execution_scope(
-                [](execution_scope&) -> asio::awaitable<int> { co_return 3; });
+            foreign_scope =
+                co_await other.with_execution_scope([](execution_scope&) -> asio::awaitable<int> { co_return 2; });
+            nested_scope =
+                co_await cpu.with_execution_scope([](execution_scope&) -> asio::awaitable<int> { co_return 3; });
             weighted = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::compute},
                                                          [](backend_session&) { return 4; });
             co_await cpu.with_backend_session([&](backend_session&) -> asio::awaitable<void> {

@@ -1,7 +1,7 @@
 #include <tenferro/detail/permit_queue.hpp>
 
-#include <catch2/catch.hpp>
 #include <vector>
+#include <catch2/catch.hpp>
 
 using namespace tenferro::detail;
 

@@ -1,8 +1,8 @@
 #include <tenferro/session_entry_error.hpp>
 
-#include <catch2/catch.hpp>
 #include <memory>
 #include <system_error>
+#include <catch2/catch.hpp>
 
 using namespace tenferro;
 

@@ -137,7 +137,9 @@ public:
     }
 
     executor_type require(asio::execution::blocking_t::never_t) const noexcept { return executor_type(*pool_, true); }
-    executor_type require(asio::execution::blocking_t::possibly_t) const noexcept { return executor_type(*pool_, false); }
+    executor_type require(asio::execution::blocking_t::possibly_t) const noexcept {
+        return executor_type(*pool_, false);
+    }
     // The pool outlives every session (the host joins it last), so tracking
     // outstanding work and the relationship/allocator hints need no state.
     executor_type require(asio::execution::outstanding_work_t::tracked_t) const noexcept { return *this; }
@@ -145,7 +147,9 @@ public:
     executor_type require(asio::execution::relationship_t::fork_t) const noexcept { return *this; }
     executor_type require(asio::execution::relationship_t::continuation_t) const noexcept { return *this; }
     template <class Alloc>
-    executor_type require(const asio::execution::allocator_t<Alloc>&) const noexcept { return *this; }
+    executor_type require(const asio::execution::allocator_t<Alloc>&) const noexcept {
+        return *this;
+    }
 
     friend bool operator==(const executor_type& a, const executor_type& b) noexcept {
         return a.pool_ == b.pool_ && a.never_blocking_ == b.never_blocking_;

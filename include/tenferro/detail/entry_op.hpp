@@ -183,8 +183,8 @@ class entry_op final : public entry_base {
     using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
     using allocator_type = typename std::allocator_traits<handler_allocator>::template rebind_alloc<entry_op>;
     using handler_executor = asio::associated_executor_t<Handler>;
-    using work_executor = std::decay_t<decltype(asio::prefer(
-        std::declval<asio::associated_executor_t<Handler>>(), asio::execution::outstanding_work.tracked))>;
+    using work_executor = std::decay_t<decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
+                                                             asio::execution::outstanding_work.tracked))>;
 
 public:
     static_assert(Kind == entry_kind::session || traits::is_async,
@@ -198,8 +198,8 @@ public:
         allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
         entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
         try {
-            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler),
-                                                             std::forward<G>(body), std::move(core), options, cache);
+            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::forward<G>(body),
+                                                             std::move(core), options, cache);
         } catch (...) {
             std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
             throw;
@@ -212,8 +212,7 @@ public:
     }
 
     template <class H, class G>
-    entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options,
-             cpu_runtime_cache* cache)
+    entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, cpu_runtime_cache* cache)
         : entry_base(std::move(core), options, Kind, traits::is_async, cache),
           handler_(std::forward<H>(handler)),
           ex_(asio::get_associated_executor(handler_)),
@@ -231,8 +230,8 @@ private:
         explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
         void operator()(asio::cancellation_type_t type) const {
-            constexpr auto any = asio::cancellation_type::terminal | asio::cancellation_type::partial |
-                                 asio::cancellation_type::total;
+            constexpr auto any =
+                asio::cancellation_type::terminal | asio::cancellation_type::partial | asio::cancellation_type::total;
             if ((type & any) != asio::cancellation_type::none) op->cancel_waiting();
         }
     };
@@ -385,9 +384,9 @@ private:
         }
         // The body threw: the second argument must be a valid object, and this
         // one says plainly that it carries no value.
-        return result_type(tl::unexpected<session_entry_error>(session_entry_error(
-            session_entry_errc::executor, core()->name(),
-            "no value: the session body threw an exception (delivered as the first argument)")));
+        return result_type(tl::unexpected<session_entry_error>(
+            session_entry_error(session_entry_errc::executor, core()->name(),
+                                "no value: the session body threw an exception (delivered as the first argument)")));
     }
 
     void destroy() noexcept {

@@ -15,8 +15,7 @@ template <class R, class... Args>
 class function_ref<R(Args...)> {
 public:
     template <class F>
-        requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> &&
-                 std::is_invocable_r_v<R, F&, Args...>)
+        requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
     function_ref(F&& f) noexcept  // NOLINT(google-explicit-constructor): used like a function pointer
         : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
           call_([](void* object, Args... args) -> R {

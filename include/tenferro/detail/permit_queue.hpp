@@ -17,8 +17,8 @@
 //
 // No Asio here: the queue is tested step by step in tests/unit/permit_queue_test.cpp.
 
-#include <cstddef>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 

@@ -28,8 +28,8 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/execution.hpp>
-#include <asio/query.hpp>
 #include <asio/prefer.hpp>
+#include <asio/query.hpp>
 #include <asio/require.hpp>
 
 namespace tenferro::detail {
