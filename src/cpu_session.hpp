@@ -72,6 +72,28 @@ public:
     void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) override;
     void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) override;
 
+    // Reductions (src/ops/reduce.cpp).
+    using backend_session::reduce_max;
+    using backend_session::reduce_max_into;
+    using backend_session::reduce_min;
+    using backend_session::reduce_min_into;
+    using backend_session::reduce_prod;
+    using backend_session::reduce_prod_into;
+    using backend_session::reduce_sum;
+    using backend_session::reduce_sum_into;
+    tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes) override;
+    void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
+    tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes) override;
+    void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
+    tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes) override;
+    void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
+    tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes) override;
+    void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
+    tensor vdot(const_tensor_view a, const_tensor_view b) override;
+    void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    tensor norm_squared(const_tensor_view x) override;
+    void norm_squared_into(const_tensor_view x, tensor_view out) override;
+
 private:
     compute_pool& pool_;
     std::size_t permits_;

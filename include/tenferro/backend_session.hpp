@@ -33,6 +33,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string_view>
 
 #include "tenferro/detail/function_ref.hpp"
@@ -145,6 +147,82 @@ public:
     virtual void scale_into(const_tensor_view x, double alpha, tensor_view out) = 0;
     virtual void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) = 0;
     virtual void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) = 0;
+    ///@}
+
+    /// \name Reductions
+    /// `reduce_sum`, `reduce_prod`, `reduce_max`, `reduce_min` reduce `x` (`f32` or
+    /// `f64`) over `axes` (negative axes count from the end; empty = every axis).
+    /// The result has `x`'s dtype and `x`'s shape without the reduced axes (numpy
+    /// `keepdims=False`): rank 0 when every axis is reduced. Over zero elements
+    /// the sum is 0 and the product 1; max / min of zero elements throw. max / min
+    /// return NaN when any reduced element is NaN (numpy).
+    ///
+    /// Sums and products accumulate in the input precision with several vector
+    /// accumulators over blocks of 1024 elements, and combine the blocks pairwise:
+    /// at least as accurate as numpy's pairwise summation (docs/kernels.md gives
+    /// the order and the error bound). Results are bitwise identical whatever the
+    /// parallelism.
+    /// \throws tensor_error for a dtype that is not f32/f64, an axis out of range,
+    /// a repeated axis, max / min over an empty axis, and (`_into`) a bad `out`.
+    /// \code
+    /// tensor col_sums = s.reduce_sum(m, {0});   // [r, c] -> [c]
+    /// tensor total = s.reduce_sum(m);           // rank 0
+    /// float peak = s.reduce_max(m, {}).data<float>()[0];
+    /// \endcode
+    ///@{
+    virtual tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    virtual void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
+    virtual tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    virtual void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
+    virtual tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    virtual void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
+    virtual tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    virtual void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
+
+    tensor reduce_sum(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+        return reduce_sum(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
+    }
+    void reduce_sum_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+        reduce_sum_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
+    }
+    tensor reduce_prod(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+        return reduce_prod(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
+    }
+    void reduce_prod_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+        reduce_prod_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
+    }
+    tensor reduce_max(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+        return reduce_max(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
+    }
+    void reduce_max_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+        reduce_max_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
+    }
+    tensor reduce_min(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+        return reduce_min(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
+    }
+    void reduce_min_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+        reduce_min_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
+    }
+    /// Over every axis (rank-0 result).
+    tensor reduce_sum(const_tensor_view x) { return reduce_sum(x, std::span<const std::int64_t>{}); }
+    tensor reduce_prod(const_tensor_view x) { return reduce_prod(x, std::span<const std::int64_t>{}); }
+    tensor reduce_max(const_tensor_view x) { return reduce_max(x, std::span<const std::int64_t>{}); }
+    tensor reduce_min(const_tensor_view x) { return reduce_min(x, std::span<const std::int64_t>{}); }
+    ///@}
+
+    /// \name Dot products
+    /// `vdot(a, b)` is the sum of `a[i] * b[i]` over every element of two views
+    /// of the same shape and dtype (`f32` or `f64`; no broadcasting, no complex
+    /// conjugation); `norm_squared(x)` is `vdot(x, x)`. Both return rank-0
+    /// tensors (the `_into` forms write a rank-0 `out`), summed in the same
+    /// order and with the same bound as `reduce_sum`.
+    /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
+    /// shapes, and (`_into`) a bad `out`.
+    ///@{
+    virtual tensor vdot(const_tensor_view a, const_tensor_view b) = 0;
+    virtual void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual tensor norm_squared(const_tensor_view x) = 0;
+    virtual void norm_squared_into(const_tensor_view x, tensor_view out) = 0;
     ///@}
 
 protected:

@@ -1,0 +1,243 @@
+// The reduction family of cpu_session: reduce_sum / prod / max / min over a
+// list of axes, vdot and norm_squared. Validation and planning here, the
+// arithmetic in kernels/reduce (which documents the summation order).
+
+#include <memory_resource>
+#include <vector>
+
+#include "cpu_session.hpp"
+#include "kernels/pairwise.hpp"
+#include "kernels/reduce.hpp"
+#include "ops/op_support.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+using kernels::reduce_op;
+using namespace ops;
+
+const char* op_word(reduce_op op) {
+    switch (op) {
+    case reduce_op::sum:
+        return "sum";
+    case reduce_op::prod:
+        return "product";
+    case reduce_op::max:
+        return "maximum";
+    case reduce_op::min:
+        return "minimum";
+    }
+    return "?";
+}
+
+struct reduce_plan {
+    extents out_shape;       // the kept extents, in order
+    extents kept_strides;    // x's strides along them
+    extents reduced_shape;   // the reduced extents
+    extents reduced_strides; // x's strides along them
+};
+
+reduce_plan plan_reduce(std::string_view name, reduce_op op, const const_tensor_view& x,
+                        std::span<const std::int64_t> axes) {
+    require_float(name, "x", x.type());
+    const std::uint32_t mask = axes_mask(name, axes, "x", x.shape());
+    reduce_plan p;
+    for (std::size_t d = 0; d < x.rank(); ++d) {
+        if (mask & (std::uint32_t{1} << d)) {
+            p.reduced_shape.push_back(x.shape()[d]);
+            p.reduced_strides.push_back(x.strides()[d]);
+        } else {
+            p.out_shape.push_back(x.shape()[d]);
+            p.kept_strides.push_back(x.strides()[d]);
+        }
+    }
+    if ((op == reduce_op::max || op == reduce_op::min) && element_count(p.reduced_shape) == 0 &&
+        element_count(p.out_shape) != 0)
+        fail(name, "operand x of shape " + str(x.shape()) + " has no elements along the reduced axes " +
+                       (axes.empty() ? std::string("(all)") : str(axes)) + "; the " + op_word(op) +
+                       " of zero elements is undefined");
+    return p;
+}
+
+// Combines fixed-chunk partials in the order kernels/reduce.hpp documents.
+template <class T>
+T combine_chunks(reduce_op op, const T* partials, std::int64_t chunks, std::int64_t total) {
+    struct combine {
+        reduce_op op;
+        T operator()(T a, T b) const noexcept { return kernels::reduce_combine(op, a, b); }
+    };
+    kernels::pairwise_stack<T, combine> stack(combine{op});
+    for (std::int64_t c = 0; c < chunks; ++c) {
+        const bool full = (c + 1) * kernels::reduce_chunk <= total;
+        stack.push(partials[c], full ? kernels::reduce_chunk_level : kernels::no_merge_level);
+    }
+    return stack.finish(kernels::reduce_identity<T>(op));
+}
+
+// A single result over `total` positions: fixed chunks of reduce_chunk positions,
+// reduced in parallel, combined in order. `reduce_range(begin, end)` reduces one chunk.
+template <class T, class F>
+T reduce_in_chunks(cpu_session& s, reduce_op op, std::int64_t total, F reduce_range) {
+    const std::int64_t chunks = (total + kernels::reduce_chunk - 1) / kernels::reduce_chunk;
+    if (chunks <= 1) return reduce_range(0, total);
+    std::pmr::vector<T> partials(static_cast<std::size_t>(chunks), &s.buffers());
+    for_range(s, chunks, kernels::reduce_chunk, [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c)
+            partials[static_cast<std::size_t>(c)] =
+                reduce_range(c * kernels::reduce_chunk, std::min(total, (c + 1) * kernels::reduce_chunk));
+    });
+    return combine_chunks(op, partials.data(), chunks, total);
+}
+
+template <class T>
+void run_reduce_t(cpu_session& s, reduce_op op, const const_tensor_view& x, const reduce_plan& p,
+                  const tensor_view& out) {
+    const std::int64_t outputs = element_count(p.out_shape);
+    if (outputs == 0) return;
+    T* o = static_cast<T*>(out.data());
+    const auto outer = make_loop<2>(p.out_shape.span(), {out.strides(), p.kept_strides.span()});
+    const std::int64_t total = element_count(p.reduced_shape);
+    if (total == 0) {
+        const T id = kernels::reduce_identity<T>(op);
+        kernels::for_each_run(outer, 0, outputs, [&](const std::int64_t(&off)[2], std::int64_t n) {
+            for (std::int64_t j = 0; j < n; ++j) o[off[0] + j * outer.inner_stride(0)] = id;
+        });
+        return;
+    }
+    std::int64_t base = 0;
+    const auto inner = make_memory_order_loop(p.reduced_shape.span(), p.reduced_strides.span(), base);
+    const T* xp = static_cast<const T*>(x.data()) + base;
+    if (outputs == 1) {
+        *o = reduce_in_chunks<T>(s, op, total, [&](std::int64_t begin, std::int64_t end) {
+            return kernels::reduce(op, inner, xp, begin, end);
+        });
+        return;
+    }
+    if (outer.inner_stride(0) == 1 && outer.inner_stride(1) == 1 && inner.inner_stride(0) != 1) {
+        // Reducing over outer axes of rows that are contiguous: vectorise across the row.
+        for_range(s, outputs, total, [&](std::int64_t begin, std::int64_t end) {
+            kernels::reduce_columns(op, outer, inner, o, xp, begin, end);
+        });
+        return;
+    }
+    for_range(s, outputs, total,
+              [&](std::int64_t begin, std::int64_t end) { kernels::reduce_each(op, outer, inner, o, xp, begin, end); });
+}
+
+void run_reduce(cpu_session& s, reduce_op op, const const_tensor_view& x, const reduce_plan& p,
+                const tensor_view& out) {
+    if (x.type() == dtype::f32)
+        run_reduce_t<float>(s, op, x, p, out);
+    else
+        run_reduce_t<double>(s, op, x, p, out);
+}
+
+tensor reduce_alloc(cpu_session& s, std::string_view name, reduce_op op, const const_tensor_view& x,
+                    std::span<const std::int64_t> axes) {
+    const reduce_plan p = plan_reduce(name, op, x, axes);
+    tensor out = s.allocate(x.type(), p.out_shape.span());
+    run_reduce(s, op, x, p, out.view());
+    return out;
+}
+
+void reduce_into(cpu_session& s, std::string_view name, reduce_op op, const const_tensor_view& x,
+                 std::span<const std::int64_t> axes, const tensor_view& out) {
+    const reduce_plan p = plan_reduce(name, op, x, axes);
+    check_out(name, "out", out, x.type(), p.out_shape.span());
+    check_no_overlap(name, "out", out, "x", x);
+    run_reduce(s, op, x, p, out);
+}
+
+// ---- vdot / norm_squared ----------------------------------------------------
+
+template <class T>
+T dot_t(cpu_session& s, const nd_loop<2>& loop, const T* a, const T* b) {
+    return reduce_in_chunks<T>(s, reduce_op::sum, loop.size(), [&](std::int64_t begin, std::int64_t end) {
+        return kernels::dot(loop, a, b, begin, end);
+    });
+}
+
+void check_vdot(std::string_view name, const const_tensor_view& a, const const_tensor_view& b) {
+    require_float(name, "a", a.type());
+    require_same_dtype(name, "a", a.type(), "b", b.type());
+    if (!std::ranges::equal(a.shape(), b.shape()))
+        fail(name, "operand b has shape " + str(b.shape()) + ", which differs from a's shape " + str(a.shape()) +
+                       " (vdot does not broadcast)");
+}
+
+void run_vdot(cpu_session& s, const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
+    const auto loop = make_loop<2>(a.shape(), {a.strides(), b.strides()});
+    if (a.type() == dtype::f32) {
+        *static_cast<float*>(out.data()) =
+            a.size() == 0 ? 0.0f
+                          : dot_t(s, loop, static_cast<const float*>(a.data()), static_cast<const float*>(b.data()));
+    } else {
+        *static_cast<double*>(out.data()) =
+            a.size() == 0 ? 0.0
+                          : dot_t(s, loop, static_cast<const double*>(a.data()), static_cast<const double*>(b.data()));
+    }
+}
+
+void run_norm_squared(cpu_session& s, const const_tensor_view& x, const tensor_view& out) {
+    std::int64_t base = 0;
+    const auto l1 = make_memory_order_loop(x.shape(), x.strides(), base);
+    nd_loop<2> loop;
+    loop.rank = l1.rank;
+    for (int d = 0; d < l1.rank; ++d) {
+        loop.shape[d] = l1.shape[d];
+        loop.strides[0][d] = loop.strides[1][d] = l1.strides[0][d];
+    }
+    if (x.type() == dtype::f32) {
+        const float* p = static_cast<const float*>(x.data()) + base;
+        *static_cast<float*>(out.data()) = x.size() == 0 ? 0.0f : dot_t(s, loop, p, p);
+    } else {
+        const double* p = static_cast<const double*>(x.data()) + base;
+        *static_cast<double*>(out.data()) = x.size() == 0 ? 0.0 : dot_t(s, loop, p, p);
+    }
+}
+
+}  // namespace
+
+#define TENFERRO_REDUCE_OP(name)                                                                                       \
+    tensor cpu_session::reduce_##name(const_tensor_view x, std::span<const std::int64_t> axes) {                       \
+        return reduce_alloc(*this, "reduce_" #name, reduce_op::name, x, axes);                                         \
+    }                                                                                                                  \
+    void cpu_session::reduce_##name##_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) { \
+        reduce_into(*this, "reduce_" #name "_into", reduce_op::name, x, axes, out);                                    \
+    }
+TENFERRO_REDUCE_OP(sum)
+TENFERRO_REDUCE_OP(prod)
+TENFERRO_REDUCE_OP(max)
+TENFERRO_REDUCE_OP(min)
+#undef TENFERRO_REDUCE_OP
+
+tensor cpu_session::vdot(const_tensor_view a, const_tensor_view b) {
+    check_vdot("vdot", a, b);
+    tensor out = allocate(a.type(), {});
+    run_vdot(*this, a, b, out.view());
+    return out;
+}
+
+void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
+    check_vdot("vdot_into", a, b);
+    check_out("vdot_into", "out", out, a.type(), {});
+    check_no_overlap("vdot_into", "out", out, "a", a);
+    check_no_overlap("vdot_into", "out", out, "b", b);
+    run_vdot(*this, a, b, out);
+}
+
+tensor cpu_session::norm_squared(const_tensor_view x) {
+    require_float("norm_squared", "x", x.type());
+    tensor out = allocate(x.type(), {});
+    run_norm_squared(*this, x, out.view());
+    return out;
+}
+
+void cpu_session::norm_squared_into(const_tensor_view x, tensor_view out) {
+    require_float("norm_squared_into", "x", x.type());
+    check_out("norm_squared_into", "out", out, x.type(), {});
+    check_no_overlap("norm_squared_into", "out", out, "x", x);
+    run_norm_squared(*this, x, out);
+}
+
+}  // namespace tenferro::detail
