@@ -2,13 +2,16 @@
 
 #include "kernels/elementwise.hpp"
 
+#include <algorithm>
+
+#include "kernels/transcendental.hpp"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/elementwise.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include "kernels/map-inl.h"
-#include "kernels/math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tenferro::kernels::HWY_NAMESPACE {
@@ -68,24 +71,6 @@ struct abs_f {
         return hn::Abs(x);
     }
 };
-struct exp_f {
-    template <class D, class V>
-    HWY_INLINE V operator()(D d, V x) const {
-        return exp_v(d, x);
-    }
-};
-struct log_f {
-    template <class D, class V>
-    HWY_INLINE V operator()(D d, V x) const {
-        return log_v(d, x);
-    }
-};
-struct tanh_f {
-    template <class D, class V>
-    HWY_INLINE V operator()(D d, V x) const {
-        return tanh_v(d, x);
-    }
-};
 struct sqrt_f {
     template <class D, class V>
     HWY_INLINE V operator()(D, V x) const {
@@ -97,12 +82,6 @@ struct rsqrt_f {
     template <class D, class V>
     HWY_INLINE V operator()(D d, V x) const {
         return hn::Div(hn::Set(d, 1), hn::Sqrt(x));
-    }
-};
-struct sigmoid_f {
-    template <class D, class V>
-    HWY_INLINE V operator()(D d, V x) const {
-        return sigmoid_v(d, x);
     }
 };
 // max(x, 0) with NaN propagated and -0 mapped to +0.
@@ -183,20 +162,17 @@ HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x,
         return unary_loop(neg_f{}, loop, out, x, begin, end);
     case unary_op::abs:
         return unary_loop(abs_f{}, loop, out, x, begin, end);
-    case unary_op::exp:
-        return unary_loop(exp_f{}, loop, out, x, begin, end);
-    case unary_op::log:
-        return unary_loop(log_f{}, loop, out, x, begin, end);
-    case unary_op::tanh:
-        return unary_loop(tanh_f{}, loop, out, x, begin, end);
     case unary_op::sqrt:
         return unary_loop(sqrt_f{}, loop, out, x, begin, end);
     case unary_op::rsqrt:
         return unary_loop(rsqrt_f{}, loop, out, x, begin, end);
-    case unary_op::sigmoid:
-        return unary_loop(sigmoid_f{}, loop, out, x, begin, end);
     case unary_op::relu:
         return unary_loop(relu_f{}, loop, out, x, begin, end);
+    case unary_op::exp:
+    case unary_op::log:
+    case unary_op::tanh:
+    case unary_op::sigmoid:
+        break;  // routed to kernels/transcendental by unary() below
     }
 }
 
@@ -263,10 +239,105 @@ void binary(binary_op op, const nd_loop<3>& loop, double* out, const double* a, 
             std::int64_t end) {
     HWY_DYNAMIC_DISPATCH(BinaryF64)(op, loop, out, a, b, begin, end);
 }
+namespace {
+
+template <class T>
+using array_fn = void (*)(const T*, T*, std::int64_t);
+
+// Applies a contiguous-array kernel (kernels/transcendental, which dispatches
+// per call) along a strided loop: long unit-stride runs are handed over in
+// place; everything else is gathered into a block buffer, several runs at a
+// time, so short or strided runs do not cost one dispatch each. The array
+// kernels compute each element independently of its position, so both paths
+// give identical results.
+template <class T>
+void map_array_fn(array_fn<T> fn, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin, std::int64_t end) {
+    const std::int64_t so = loop.inner_stride(0), sx = loop.inner_stride(1);
+    constexpr std::int64_t block = 1024;
+    constexpr std::int64_t direct = 128;  // unit-stride runs at least this long skip the buffer
+    struct segment {
+        T* out;
+        std::int64_t n;
+    };
+    alignas(64) T bx[block];
+    alignas(64) T bo[block];
+    segment segs[block];
+    std::int64_t nseg = 0, fill = 0;
+    auto flush = [&] {
+        if (fill == 0) return;
+        fn(bx, bo, fill);
+        std::int64_t k = 0;
+        for (std::int64_t i = 0; i < nseg; ++i) {
+            T* o = segs[i].out;
+            for (std::int64_t j = 0; j < segs[i].n; ++j) o[j * so] = bo[k + j];
+            k += segs[i].n;
+        }
+        nseg = fill = 0;
+    };
+    run_cursor<2> cursor(loop, begin, end);
+    std::int64_t off[2];
+    std::int64_t n;
+    while (cursor.next(off, n)) {
+        T* o = out + off[0];
+        const T* xi = x + off[1];
+        if (so == 1 && sx == 1 && n >= direct) {
+            flush();
+            fn(xi, o, n);
+            continue;
+        }
+        while (n > 0) {
+            const std::int64_t m = std::min(n, block - fill);
+            for (std::int64_t j = 0; j < m; ++j) bx[fill + j] = xi[j * sx];
+            segs[nseg++] = {o, m};
+            fill += m;
+            xi += m * sx;
+            o += m * so;
+            n -= m;
+            if (fill == block) flush();
+        }
+    }
+    flush();
+}
+
+template <class T>
+array_fn<T> transcendental(unary_op op) noexcept {
+    if constexpr (sizeof(T) == 4) {
+        switch (op) {
+        case unary_op::exp:
+            return exp_f32;
+        case unary_op::log:
+            return log_f32;
+        case unary_op::tanh:
+            return tanh_f32;
+        case unary_op::sigmoid:
+            return sigmoid_f32;
+        default:
+            return nullptr;
+        }
+    } else {
+        switch (op) {
+        case unary_op::exp:
+            return exp_f64;
+        case unary_op::log:
+            return log_f64;
+        case unary_op::tanh:
+            return tanh_f64;
+        case unary_op::sigmoid:
+            return sigmoid_f64;
+        default:
+            return nullptr;
+        }
+    }
+}
+
+}  // namespace
+
 void unary(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end) {
+    if (const auto fn = transcendental<float>(op)) return map_array_fn(fn, loop, out, x, begin, end);
     HWY_DYNAMIC_DISPATCH(UnaryF32)(op, loop, out, x, begin, end);
 }
 void unary(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end) {
+    if (const auto fn = transcendental<double>(op)) return map_array_fn(fn, loop, out, x, begin, end);
     HWY_DYNAMIC_DISPATCH(UnaryF64)(op, loop, out, x, begin, end);
 }
 void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
