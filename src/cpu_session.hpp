@@ -94,6 +94,13 @@ public:
     tensor norm_squared(const_tensor_view x) override;
     void norm_squared_into(const_tensor_view x, tensor_view out) override;
 
+    // Row-wise (src/ops/rowwise.cpp).
+    tensor softmax(const_tensor_view x, std::int64_t axis) override;
+    void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) override;
+    std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) override;
+    void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
+                    tensor_view indices) override;
+
 private:
     compute_pool& pool_;
     std::size_t permits_;

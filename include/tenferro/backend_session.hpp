@@ -36,6 +36,7 @@
 #include <initializer_list>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "tenferro/detail/function_ref.hpp"
 #include "tenferro/tensor.hpp"
@@ -223,6 +224,36 @@ public:
     virtual void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
     virtual tensor norm_squared(const_tensor_view x) = 0;
     virtual void norm_squared_into(const_tensor_view x, tensor_view out) = 0;
+    ///@}
+
+    /// \name Row-wise ops
+    /// Both work along one `axis` of `x` (`f32` or `f64`; negative counts from the
+    /// end); every other axis indexes independent rows.
+    ///
+    /// `softmax(x, axis)`: `exp(x - max) / sum(exp(x - max))` along `axis`, with the
+    /// row maximum subtracted first (no overflow), the sum in `reduce_sum`'s order
+    /// and a true division. Same shape and dtype as `x`. A row that holds a NaN
+    /// or `+inf`, or only `-inf`, becomes all NaN.
+    ///
+    /// `top_k(x, k, axis)` returns `(values, indices)`: the `k` largest elements of
+    /// each row, largest first, and their positions along `axis` (`i64`); both
+    /// have `x`'s shape with `axis` of extent `k`. Ties go to the lower index. NaN
+    /// ranks above every number, as in numpy's sort (so NaNs come first, lower
+    /// index first among them); `-0.0` and `+0.0` tie. `k == 0` gives empty results.
+    /// \throws tensor_error for a dtype that is not f32/f64, an axis out of range
+    /// (a rank-0 `x` has none), `k < 0` or `k` greater than the axis extent, and
+    /// (`_into`) a bad or overlapping output (`values` and `indices` must not
+    /// overlap each other either).
+    /// \code
+    /// tensor p = s.softmax(logits, -1);
+    /// auto [scores, ids] = s.top_k(p, 10, -1);   // [batch, vocab] -> [batch, 10] twice
+    /// \endcode
+    ///@{
+    virtual tensor softmax(const_tensor_view x, std::int64_t axis) = 0;
+    virtual void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) = 0;
+    virtual std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) = 0;
+    virtual void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
+                            tensor_view indices) = 0;
     ///@}
 
 protected:

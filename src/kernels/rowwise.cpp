@@ -1,0 +1,222 @@
+// Row-wise kernels: softmax and top-k (see rowwise.hpp).
+
+#include "kernels/rowwise.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/transcendental.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/rowwise.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "kernels/map-inl.h"
+#include "kernels/reduce-inl.h"
+
+// Scalar helpers, outside the per-target namespace: defined once, not per target.
+#ifndef TENFERRO_KERNELS_ROWWISE_SCALAR_
+#define TENFERRO_KERNELS_ROWWISE_SCALAR_
+namespace tenferro::kernels {
+namespace {
+
+inline void exp_array(const float* x, float* out, std::int64_t n) { exp_f32(x, out, n); }
+inline void exp_array(const double* x, double* out, std::int64_t n) { exp_f64(x, out, n); }
+
+// top-k order: NaN above every number, equal values by lower index.
+template <class T>
+inline bool ranks_above(T a, std::int64_t ia, T b, std::int64_t ib) noexcept {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na != nb) return na;
+    if (!na && a != b) return a > b;
+    return ia < ib;
+}
+
+}  // namespace
+}  // namespace tenferro::kernels
+#endif  // TENFERRO_KERNELS_ROWWISE_SCALAR_
+
+HWY_BEFORE_NAMESPACE();
+namespace tenferro::kernels::HWY_NAMESPACE {
+namespace {
+
+template <class T>
+struct minus_f {
+    T m;
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return hn::Sub(x, hn::Set(d, m));
+    }
+};
+
+template <class T>
+struct divide_f {
+    T s;
+    template <class D, class V>
+    HWY_INLINE V operator()(D d, V x) const {
+        return hn::Div(x, hn::Set(d, s));
+    }
+};
+
+template <class T>
+HWY_INLINE void softmax_t(const nd_loop<2>& rows, std::int64_t n, std::int64_t so, std::int64_t sx, T* out, const T* x,
+                          std::int64_t begin, std::int64_t end, T* scratch) {
+    const hn::ScalableTag<T> d;
+    run_cursor<2> cursor(rows, begin, end);
+    std::int64_t off[2];
+    std::int64_t count;
+    while (cursor.next(off, count)) {
+        for (std::int64_t r = 0; r < count; ++r) {
+            const T* src = x + off[1] + r * rows.inner_stride(1);
+            T* o = out + off[0] + r * rows.inner_stride(0);
+            if (sx != 1) {
+                gather_run(scratch, src, sx, n);
+                src = scratch;
+            }
+            // dst may be src itself (the scratch row): every step is elementwise.
+            T* dst = so == 1 ? o : scratch;
+            const T m = max_contiguous(d, src, n);
+            map1_unit(d, minus_f<T>{m}, dst, src, n);
+            exp_array(dst, dst, n);
+            const T s = sum_contiguous(d, dst, n);
+            map1_unit(d, divide_f<T>{s}, dst, dst, n);
+            if (so != 1) scatter_run(o, so, dst, n);
+        }
+    }
+}
+
+// The k best of p[0..n) into vals / ids, best first; k <= n, small k: a sorted
+// insertion buffer, with whole vectors skipped while none of their lanes can
+// enter it (lane > current k-th value, or NaN).
+template <class T>
+HWY_INLINE void top_small(const T* p, std::int64_t n, std::int64_t k, T* vals, std::int64_t* ids) {
+    const hn::ScalableTag<T> d;
+    const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+    std::int64_t count = 0;
+    auto offer = [&](std::int64_t i) {
+        const T v = p[i];
+        std::int64_t pos;
+        if (count < k) {
+            pos = count++;
+        } else {
+            if (!ranks_above(v, i, vals[k - 1], ids[k - 1])) return;
+            pos = k - 1;
+        }
+        while (pos > 0 && ranks_above(v, i, vals[pos - 1], ids[pos - 1])) {
+            vals[pos] = vals[pos - 1];
+            ids[pos] = ids[pos - 1];
+            --pos;
+        }
+        vals[pos] = v;
+        ids[pos] = i;
+    };
+    std::int64_t i = 0;
+    for (; i < n && count < k; ++i) offer(i);
+    for (; i + N <= n; i += N) {
+        const T worst = vals[k - 1];
+        if (std::isnan(worst)) return;  // k NaNs of lower index: nothing later ranks above them
+        const auto v = hn::LoadU(d, p + i);
+        if (hn::AllFalse(d, hn::Or(hn::Gt(v, hn::Set(d, worst)), hn::IsNaN(v)))) continue;
+        for (std::int64_t j = 0; j < N; ++j) offer(i + j);
+    }
+    for (; i < n; ++i) offer(i);
+}
+
+template <class T>
+HWY_INLINE void top_k_t(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, std::int64_t sx, std::int64_t sv,
+                        std::int64_t si, const T* x, T* values, std::int64_t* indices, std::int64_t begin,
+                        std::int64_t end, void* scratch) {
+    // Scratch: [n elements of T: the gathered row][k of T][max(n, k) indices].
+    T* row = static_cast<T*>(scratch);
+    T* vals = row + n;
+    const auto ids_at = (reinterpret_cast<std::uintptr_t>(vals + k) + 7) & ~std::uintptr_t{7};
+    auto* ids = reinterpret_cast<std::int64_t*>(ids_at);
+    const bool small = k <= 64 && k * 8 <= n;
+    run_cursor<3> cursor(rows, begin, end);
+    std::int64_t off[3];
+    std::int64_t count;
+    while (cursor.next(off, count)) {
+        for (std::int64_t r = 0; r < count; ++r) {
+            const T* src = x + off[0] + r * rows.inner_stride(0);
+            T* vo = values + off[1] + r * rows.inner_stride(1);
+            std::int64_t* io = indices + off[2] + r * rows.inner_stride(2);
+            if (sx != 1) {
+                gather_run(row, src, sx, n);
+                src = row;
+            }
+            if (small) {
+                top_small(src, n, k, vals, ids);
+            } else {
+                for (std::int64_t i = 0; i < n; ++i) ids[i] = i;
+                std::partial_sort(ids, ids + k, ids + n,
+                                  [src](std::int64_t a, std::int64_t b) { return ranks_above(src[a], a, src[b], b); });
+                for (std::int64_t j = 0; j < k; ++j) vals[j] = src[ids[j]];
+            }
+            for (std::int64_t j = 0; j < k; ++j) {
+                vo[j * sv] = vals[j];
+                io[j * si] = ids[j];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void SoftmaxF32(const nd_loop<2>& rows, std::int64_t n, std::int64_t so, std::int64_t sx, float* out, const float* x,
+                std::int64_t begin, std::int64_t end, float* scratch) {
+    softmax_t(rows, n, so, sx, out, x, begin, end, scratch);
+}
+void SoftmaxF64(const nd_loop<2>& rows, std::int64_t n, std::int64_t so, std::int64_t sx, double* out, const double* x,
+                std::int64_t begin, std::int64_t end, double* scratch) {
+    softmax_t(rows, n, so, sx, out, x, begin, end, scratch);
+}
+void TopKF32(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, std::int64_t sx, std::int64_t sv, std::int64_t si,
+             const float* x, float* values, std::int64_t* indices, std::int64_t begin, std::int64_t end,
+             void* scratch) {
+    top_k_t(rows, n, k, sx, sv, si, x, values, indices, begin, end, scratch);
+}
+void TopKF64(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, std::int64_t sx, std::int64_t sv, std::int64_t si,
+             const double* x, double* values, std::int64_t* indices, std::int64_t begin, std::int64_t end,
+             void* scratch) {
+    top_k_t(rows, n, k, sx, sv, si, x, values, indices, begin, end, scratch);
+}
+
+}  // namespace tenferro::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tenferro::kernels {
+
+HWY_EXPORT(SoftmaxF32);
+HWY_EXPORT(SoftmaxF64);
+HWY_EXPORT(TopKF32);
+HWY_EXPORT(TopKF64);
+
+void softmax(const nd_loop<2>& rows, std::int64_t n, std::int64_t so, std::int64_t sx, float* out, const float* x,
+             std::int64_t begin, std::int64_t end, float* scratch) {
+    HWY_DYNAMIC_DISPATCH(SoftmaxF32)(rows, n, so, sx, out, x, begin, end, scratch);
+}
+void softmax(const nd_loop<2>& rows, std::int64_t n, std::int64_t so, std::int64_t sx, double* out, const double* x,
+             std::int64_t begin, std::int64_t end, double* scratch) {
+    HWY_DYNAMIC_DISPATCH(SoftmaxF64)(rows, n, so, sx, out, x, begin, end, scratch);
+}
+
+std::size_t top_k_scratch_bytes(std::int64_t n, std::int64_t k, std::size_t itemsize) noexcept {
+    const auto un = static_cast<std::size_t>(n), uk = static_cast<std::size_t>(k);
+    return (un + uk + 1) * itemsize + std::max(un, uk) * sizeof(std::int64_t) + 64;
+}
+
+void top_k(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, std::int64_t sx, std::int64_t sv, std::int64_t si,
+           const float* x, float* values, std::int64_t* indices, std::int64_t begin, std::int64_t end, void* scratch) {
+    HWY_DYNAMIC_DISPATCH(TopKF32)(rows, n, k, sx, sv, si, x, values, indices, begin, end, scratch);
+}
+void top_k(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, std::int64_t sx, std::int64_t sv, std::int64_t si,
+           const double* x, double* values, std::int64_t* indices, std::int64_t begin, std::int64_t end,
+           void* scratch) {
+    HWY_DYNAMIC_DISPATCH(TopKF64)(rows, n, k, sx, sv, si, x, values, indices, begin, end, scratch);
+}
+
+}  // namespace tenferro::kernels
+#endif  // HWY_ONCE

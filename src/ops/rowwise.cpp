@@ -1,0 +1,164 @@
+// The row-wise family of cpu_session: softmax and top_k along one axis.
+
+#include <memory_resource>
+
+#include "cpu_session.hpp"
+#include "kernels/rowwise.hpp"
+#include "ops/op_support.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+using namespace ops;
+
+// The axes other than `axis`: their extents and, per view, their strides.
+struct row_axes {
+    extents shape;
+    extents strides[3];
+};
+
+row_axes other_axes(std::int64_t axis, std::span<const std::int64_t> shape,
+                    std::initializer_list<std::span<const std::int64_t>> strides) {
+    row_axes r;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (static_cast<std::int64_t>(d) == axis) continue;
+        r.shape.push_back(shape[d]);
+        std::size_t k = 0;
+        for (const auto& s : strides) r.strides[k++].push_back(s[d]);
+    }
+    return r;
+}
+
+// A block of pool memory for one call's scratch, returned on scope exit.
+class pooled_scratch {
+public:
+    pooled_scratch(buffer_pool& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
+        data_ = bytes_ ? pool_.allocate(bytes_, 64) : nullptr;
+    }
+    ~pooled_scratch() {
+        if (data_) pool_.deallocate(data_, bytes_, 64);
+    }
+    pooled_scratch(const pooled_scratch&) = delete;
+    pooled_scratch& operator=(const pooled_scratch&) = delete;
+    void* get() const noexcept { return data_; }
+
+private:
+    buffer_pool& pool_;
+    std::size_t bytes_;
+    void* data_;
+};
+
+// ---- softmax ------------------------------------------------------------------
+
+template <class T>
+void run_softmax_t(cpu_session& s, const const_tensor_view& x, std::int64_t axis, const tensor_view& out) {
+    if (x.size() == 0) return;
+    const auto ax = static_cast<std::size_t>(axis);
+    const std::int64_t n = x.shape()[ax];
+    const std::int64_t so = out.strides()[ax], sx = x.strides()[ax];
+    const row_axes r = other_axes(axis, x.shape(), {out.strides(), x.strides()});
+    const auto rows = make_loop<2>(r.shape.span(), {r.strides[0].span(), r.strides[1].span()});
+    const bool needs_scratch = so != 1 || sx != 1;
+    T* o = static_cast<T*>(out.data());
+    const T* xp = static_cast<const T*>(x.data());
+    for_range(s, rows.size(), 8 * n, [&](std::int64_t begin, std::int64_t end) {
+        pooled_scratch scratch(s.buffers(),
+                               needs_scratch ? static_cast<std::size_t>(kernels::softmax_scratch(n)) * sizeof(T) : 0);
+        kernels::softmax(rows, n, so, sx, o, xp, begin, end, static_cast<T*>(scratch.get()));
+    });
+}
+
+void run_softmax(cpu_session& s, const const_tensor_view& x, std::int64_t axis, const tensor_view& out) {
+    if (x.type() == dtype::f32)
+        run_softmax_t<float>(s, x, axis, out);
+    else
+        run_softmax_t<double>(s, x, axis, out);
+}
+
+// ---- top_k --------------------------------------------------------------------
+
+struct top_k_plan {
+    std::int64_t axis;
+    extents out_shape;
+};
+
+top_k_plan plan_top_k(std::string_view name, const const_tensor_view& x, std::int64_t k, std::int64_t axis) {
+    require_float(name, "x", x.type());
+    top_k_plan p;
+    p.axis = normalize_axis(name, axis, "x", x.shape());
+    const std::int64_t n = x.shape()[static_cast<std::size_t>(p.axis)];
+    if (k < 0) fail(name, "k = " + std::to_string(k) + " is negative");
+    if (k > n)
+        fail(name, "k = " + std::to_string(k) + " exceeds the extent " + std::to_string(n) + " of axis " +
+                       std::to_string(axis) + " of operand x with shape " + str(x.shape()));
+    p.out_shape = extents(x.shape());
+    p.out_shape[static_cast<std::size_t>(p.axis)] = k;
+    return p;
+}
+
+template <class T>
+void run_top_k_t(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::int64_t axis,
+                 const tensor_view& values, const tensor_view& indices) {
+    if (values.size() == 0) return;  // k == 0 or an empty row axis
+    const auto ax = static_cast<std::size_t>(axis);
+    const std::int64_t n = x.shape()[ax];
+    const row_axes r = other_axes(axis, x.shape(), {x.strides(), values.strides(), indices.strides()});
+    const auto rows = make_loop<3>(r.shape.span(), {r.strides[0].span(), r.strides[1].span(), r.strides[2].span()});
+    const T* xp = static_cast<const T*>(x.data());
+    T* vp = static_cast<T*>(values.data());
+    auto* ip = static_cast<std::int64_t*>(indices.data());
+    const std::int64_t sx = x.strides()[ax], sv = values.strides()[ax], si = indices.strides()[ax];
+    for_range(s, rows.size(), 2 * n, [&](std::int64_t begin, std::int64_t end) {
+        pooled_scratch scratch(s.buffers(), kernels::top_k_scratch_bytes(n, k, sizeof(T)));
+        kernels::top_k(rows, n, k, sx, sv, si, xp, vp, ip, begin, end, scratch.get());
+    });
+}
+
+void run_top_k(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::int64_t axis, const tensor_view& values,
+               const tensor_view& indices) {
+    if (x.type() == dtype::f32)
+        run_top_k_t<float>(s, x, k, axis, values, indices);
+    else
+        run_top_k_t<double>(s, x, k, axis, values, indices);
+}
+
+}  // namespace
+
+tensor cpu_session::softmax(const_tensor_view x, std::int64_t axis) {
+    require_float("softmax", "x", x.type());
+    const std::int64_t ax = normalize_axis("softmax", axis, "x", x.shape());
+    tensor out = allocate(x.type(), x.shape());
+    run_softmax(*this, x, ax, out.view());
+    return out;
+}
+
+void cpu_session::softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) {
+    require_float("softmax_into", "x", x.type());
+    const std::int64_t ax = normalize_axis("softmax_into", axis, "x", x.shape());
+    check_out("softmax_into", "out", out, x.type(), x.shape());
+    check_no_overlap("softmax_into", "out", out, "x", x);
+    run_softmax(*this, x, ax, out);
+}
+
+std::pair<tensor, tensor> cpu_session::top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) {
+    const top_k_plan p = plan_top_k("top_k", x, k, axis);
+    tensor values = allocate(x.type(), p.out_shape.span());
+    tensor indices = allocate(dtype::i64, p.out_shape.span());
+    run_top_k(*this, x, k, p.axis, values.view(), indices.view());
+    return {std::move(values), std::move(indices)};
+}
+
+void cpu_session::top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
+                             tensor_view indices) {
+    constexpr std::string_view op = "top_k_into";
+    const top_k_plan p = plan_top_k(op, x, k, axis);
+    check_out(op, "values", values, x.type(), p.out_shape.span());
+    check_out(op, "indices", indices, dtype::i64, p.out_shape.span());
+    check_no_overlap(op, "values", values, "x", x);
+    check_no_overlap(op, "indices", indices, "x", x);
+    if (overlaps(values, indices))
+        fail(op, "values (shape " + str(values.shape()) + ") overlaps indices (shape " + str(indices.shape()) + ")");
+    run_top_k(*this, x, k, p.axis, values, indices);
+}
+
+}  // namespace tenferro::detail
