@@ -101,6 +101,20 @@ public:
     void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
                     tensor_view indices) override;
 
+    // Structural (src/ops/structural.cpp).
+    using backend_session::concatenate;
+    using backend_session::concatenate_into;
+    using backend_session::transpose;
+    using backend_session::transpose_into;
+    tensor copy(const_tensor_view x) override;
+    void copy_into(const_tensor_view src, tensor_view dst) override;
+    tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm) override;
+    void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) override;
+    tensor cast(const_tensor_view x, dtype type) override;
+    void cast_into(const_tensor_view x, tensor_view out) override;
+    tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) override;
+    void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) override;
+
 private:
     compute_pool& pool_;
     std::size_t permits_;

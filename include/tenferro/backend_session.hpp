@@ -256,6 +256,60 @@ public:
                             tensor_view indices) = 0;
     ///@}
 
+    /// \name Structural ops
+    /// Every dtype (`f32`, `f64`, `i32`, `i64`).
+    ///
+    /// `copy(x)`: a new contiguous (row-major) tensor with `x`'s elements, from any
+    /// strided view — sliced, transposed, reversed (negative strides) or broadcast
+    /// (zero strides: the copy materialises every alias).
+    /// `copy_into(src, dst)`: writes `src` into `dst` (same dtype; `src` broadcasts
+    /// to `dst`'s shape, as numpy's `copyto`).
+    ///
+    /// `transpose(x, perm)`: result axis `i` is `x`'s axis `perm[i]` (negative entries
+    /// count from the end), materialised in row-major order; large transposes are
+    /// copied in cache tiles. (`x.transposed(perm)` is the free, non-copying view.)
+    ///
+    /// `cast(x, type)`: converts every element. Float to integer truncates toward
+    /// zero (numpy's `astype`); NaN becomes 0 and values outside the integer's range
+    /// saturate to its limits (numpy leaves both undefined). `i64` to `i32` wraps
+    /// modulo 2^32 (numpy). Conversions to floats round to nearest. `cast_into`
+    /// takes the target dtype from `out`.
+    ///
+    /// `concatenate(inputs, axis)`: joins one or more views of the same dtype and
+    /// rank (>= 1) along `axis` (negative counts from the end); the other extents
+    /// must match. Braced lists work: `s.concatenate({a, b}, 0)`.
+    /// \throws tensor_error for mismatched dtypes / shapes / ranks, a bad axis or
+    /// permutation, an empty input list, and (`_into`) a bad or overlapping output.
+    /// \code
+    /// tensor dense = s.copy(x.slice(1, 0, INT64_MAX, 2));   // every other column, packed
+    /// tensor xt = s.transpose(x, {1, 0});
+    /// tensor ids = s.cast(scores, dtype::i32);
+    /// tensor both = s.concatenate({a, b}, -1);
+    /// \endcode
+    ///@{
+    virtual tensor copy(const_tensor_view x) = 0;
+    virtual void copy_into(const_tensor_view src, tensor_view dst) = 0;
+    virtual tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm) = 0;
+    virtual void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) = 0;
+    virtual tensor cast(const_tensor_view x, dtype type) = 0;
+    virtual void cast_into(const_tensor_view x, tensor_view out) = 0;
+    virtual tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) = 0;
+    virtual void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) = 0;
+
+    tensor transpose(const_tensor_view x, std::initializer_list<std::int64_t> perm) {
+        return transpose(x, std::span<const std::int64_t>(perm.begin(), perm.size()));
+    }
+    void transpose_into(const_tensor_view x, std::initializer_list<std::int64_t> perm, tensor_view out) {
+        transpose_into(x, std::span<const std::int64_t>(perm.begin(), perm.size()), out);
+    }
+    tensor concatenate(std::initializer_list<const_tensor_view> inputs, std::int64_t axis) {
+        return concatenate(std::span<const const_tensor_view>(inputs.begin(), inputs.size()), axis);
+    }
+    void concatenate_into(std::initializer_list<const_tensor_view> inputs, std::int64_t axis, tensor_view out) {
+        concatenate_into(std::span<const const_tensor_view>(inputs.begin(), inputs.size()), axis, out);
+    }
+    ///@}
+
 protected:
     backend_session() = default;
     virtual ~backend_session() = default;

@@ -1,0 +1,194 @@
+// The structural family of cpu_session: copy, copy_into, transpose, cast,
+// concatenate. Every dtype; copies move raw elements (kernels/structural).
+
+#include <cstdlib>
+#include <string>
+
+#include "cpu_session.hpp"
+#include "kernels/structural.hpp"
+#include "ops/op_support.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+using namespace ops;
+
+kernels::elem elem_of(dtype t) {
+    switch (t) {
+    case dtype::f32:
+        return kernels::elem::f32;
+    case dtype::f64:
+        return kernels::elem::f64;
+    case dtype::i32:
+        return kernels::elem::i32;
+    case dtype::i64:
+        break;
+    }
+    return kernels::elem::i64;
+}
+
+// dst = the elements of a source with `src_strides` over dst's shape.
+void run_copy(cpu_session& s, const void* src, std::span<const std::int64_t> src_strides, const tensor_view& dst) {
+    if (dst.size() == 0) return;
+    const auto loop = make_loop<2>(dst.shape(), {dst.strides(), src_strides});
+    const std::size_t itemsize = dst.itemsize();
+    void* out = dst.data();
+    const int r = loop.rank;
+    if (r >= 2) {
+        // A transposition: the source's innermost stride is large and the next one small.
+        const std::int64_t sc = std::llabs(loop.strides[1][r - 1]), sr = std::llabs(loop.strides[1][r - 2]);
+        if (sc > 1 && sr < sc && loop.shape[r - 1] >= 8 && loop.shape[r - 2] >= 8) {
+            const std::int64_t units = kernels::copy_tiled_units(loop);
+            for_range(s, units, kernels::copy_tile * loop.shape[r - 1], [&](std::int64_t begin, std::int64_t end) {
+                kernels::copy_tiled(loop, itemsize, out, src, begin, end);
+            });
+            return;
+        }
+    }
+    for_range(s, loop.size(), 1,
+              [&](std::int64_t begin, std::int64_t end) { kernels::copy(loop, itemsize, out, src, begin, end); });
+}
+
+extents normalize_perm(std::string_view op, std::span<const std::int64_t> perm, const const_tensor_view& x) {
+    const auto rank = static_cast<std::int64_t>(x.rank());
+    auto bad = [&] {
+        fail(op, "perm " + str(perm) + " is not a permutation of the " + std::to_string(rank) +
+                     " axes of operand x with shape " + str(x.shape()));
+    };
+    if (static_cast<std::int64_t>(perm.size()) != rank) bad();
+    extents p(perm.size(), 0);
+    std::uint32_t seen = 0;
+    for (std::size_t i = 0; i < perm.size(); ++i) {
+        const std::int64_t a = perm[i];
+        if (a < -rank || a >= rank) bad();
+        p[i] = a < 0 ? a + rank : a;
+        const std::uint32_t bit = std::uint32_t{1} << p[i];
+        if (seen & bit) bad();
+        seen |= bit;
+    }
+    return p;
+}
+
+std::string input_name(std::size_t i) { return "inputs[" + std::to_string(i) + "]"; }
+
+struct concat_plan {
+    std::int64_t axis = 0;
+    extents out_shape;
+};
+
+concat_plan plan_concat(std::string_view op, std::span<const const_tensor_view> inputs, std::int64_t axis) {
+    if (inputs.empty()) fail(op, "needs at least one input, and inputs is empty");
+    const const_tensor_view& first = inputs[0];
+    concat_plan p;
+    p.axis = normalize_axis(op, axis, "inputs[0]", first.shape());
+    const auto ax = static_cast<std::size_t>(p.axis);
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const const_tensor_view& in = inputs[i];
+        if (in.type() != first.type()) require_same_dtype(op, "inputs[0]", first.type(), input_name(i), in.type());
+        if (in.rank() != first.rank())
+            fail(op, "operand " + input_name(i) + " has shape " + str(in.shape()) + " of rank " +
+                         std::to_string(in.rank()) + ", but inputs[0] has shape " + str(first.shape()) + " of rank " +
+                         std::to_string(first.rank()));
+        for (std::size_t d = 0; d < first.rank(); ++d)
+            if (d != ax && in.shape()[d] != first.shape()[d])
+                fail(op, "operand " + input_name(i) + " has shape " + str(in.shape()) +
+                             ", which does not match inputs[0]'s shape " + str(first.shape()) + " outside axis " +
+                             std::to_string(p.axis));
+        total += in.shape()[ax];
+    }
+    p.out_shape = extents(first.shape());
+    p.out_shape[ax] = total;
+    return p;
+}
+
+void run_concat(cpu_session& s, std::span<const const_tensor_view> inputs, std::int64_t axis, const tensor_view& out) {
+    std::int64_t offset = 0;
+    for (const const_tensor_view& in : inputs) {
+        const std::int64_t n = in.shape()[static_cast<std::size_t>(axis)];
+        if (n > 0) run_copy(s, in.data(), in.strides(), out.slice(axis, offset, offset + n));
+        offset += n;
+    }
+}
+
+void check_dtype(std::string_view op, dtype t) {
+    if (size_of(t) == 0) fail(op, "dtype " + std::to_string(static_cast<int>(t)) + " is not one of f32, f64, i32, i64");
+}
+
+void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out) {
+    if (out.size() == 0) return;
+    if (x.type() == out.type()) return run_copy(s, x.data(), x.strides(), out);
+    const auto loop = make_loop<2>(out.shape(), {out.strides(), x.strides()});
+    const kernels::elem to = elem_of(out.type()), from = elem_of(x.type());
+    for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
+        kernels::cast(loop, to, out.data(), from, x.data(), begin, end);
+    });
+}
+
+}  // namespace
+
+tensor cpu_session::copy(const_tensor_view x) {
+    tensor out = allocate(x.type(), x.shape());
+    run_copy(*this, x.data(), x.strides(), out.view());
+    return out;
+}
+
+void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
+    constexpr std::string_view op = "copy_into";
+    const extents shape = broadcast_shapes(op, "dst", dst.shape(), "src", src.shape());
+    if (!std::ranges::equal(shape.span(), dst.shape()))
+        fail(op, "operand src has shape " + str(src.shape()) + ", which does not broadcast to dst's shape " +
+                     str(dst.shape()));
+    check_out(op, "dst", dst, src.type(), dst.shape());
+    check_no_overlap(op, "dst", dst, "src", src);
+    const extents strides = broadcast_strides(src, dst.shape());
+    run_copy(*this, src.data(), strides.span(), dst);
+}
+
+tensor cpu_session::transpose(const_tensor_view x, std::span<const std::int64_t> perm) {
+    const extents p = normalize_perm("transpose", perm, x);
+    const const_tensor_view v = x.transposed(p.span());
+    tensor out = allocate(x.type(), v.shape());
+    run_copy(*this, v.data(), v.strides(), out.view());
+    return out;
+}
+
+void cpu_session::transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) {
+    constexpr std::string_view op = "transpose_into";
+    const extents p = normalize_perm(op, perm, x);
+    const const_tensor_view v = x.transposed(p.span());
+    check_out(op, "out", out, x.type(), v.shape());
+    check_no_overlap(op, "out", out, "x", x);
+    run_copy(*this, v.data(), v.strides(), out);
+}
+
+tensor cpu_session::cast(const_tensor_view x, dtype type) {
+    check_dtype("cast", type);
+    tensor out = allocate(type, x.shape());
+    run_cast(*this, x, out.view());
+    return out;
+}
+
+void cpu_session::cast_into(const_tensor_view x, tensor_view out) {
+    constexpr std::string_view op = "cast_into";
+    check_out(op, "out", out, out.type(), x.shape());
+    check_no_overlap(op, "out", out, "x", x);
+    run_cast(*this, x, out);
+}
+
+tensor cpu_session::concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) {
+    const concat_plan p = plan_concat("concatenate", inputs, axis);
+    tensor out = allocate(inputs[0].type(), p.out_shape.span());
+    run_concat(*this, inputs, p.axis, out.view());
+    return out;
+}
+
+void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) {
+    constexpr std::string_view op = "concatenate_into";
+    const concat_plan p = plan_concat(op, inputs, axis);
+    check_out(op, "out", out, inputs[0].type(), p.out_shape.span());
+    for (std::size_t i = 0; i < inputs.size(); ++i) check_no_overlap(op, "out", out, input_name(i), inputs[i]);
+    run_concat(*this, inputs, p.axis, out);
+}
+
+}  // namespace tenferro::detail
