@@ -43,8 +43,8 @@ std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? "
 
 }  // namespace
 
-entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind,
-                       bool async_body, cpu_runtime_cache* cache) noexcept
+entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body,
+                       cpu_runtime_cache* cache) noexcept
     : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body), cache_(cache) {
     permits_ = options_.permits;
 }
@@ -85,16 +85,15 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(session_entry_errc::reentered,
                                   "an execution scope was entered inside an execution scope of the same host");
         if (options_.permits != 1)
-            return reject_counted(session_entry_errc::incompatible_context,
-                                  "the execution scope holds 1 permit and the session asks for " +
-                                      permits_text(options_.permits));
+            return reject_counted(
+                session_entry_errc::incompatible_context,
+                "the execution scope holds 1 permit and the session asks for " + permits_text(options_.permits));
         if (cache_ != nullptr && !cache_->try_claim())
             return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
         cache_claimed_ = cache_ != nullptr;
         if (ctx->scope_busy.exchange(true, std::memory_order_acq_rel)) {
             release_permits();  // gives the cache claim back; no permits are held yet
-            return reject_counted(session_entry_errc::contended,
-                                  "another session of this execution scope is running");
+            return reject_counted(session_entry_errc::contended, "another session of this execution scope is running");
         }
         scope_ = ctx->shared_from_this();
         queue.note_admitted_without_permits();
@@ -183,8 +182,7 @@ void entry_base::run() noexcept {
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
         } else if (async_body_) {
-            auto state =
-                std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers());
+            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers());
             body_context_ = state;
             asio::any_io_executor inner = options_.where == placement::compute
                                               ? asio::any_io_executor(core_->pool().get_executor())

@@ -103,8 +103,7 @@ public:
     auto with_backend_session(session_options options, F&& f, CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, backend_session>::value_type;
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session>{core_, options, nullptr}, token,
-            std::forward<F>(f));
+            detail::initiate_entry<detail::entry_kind::session>{core_, options, nullptr}, token, std::forward<F>(f));
     }
 
     /// As `with_backend_session`, but contractions inside consult and fill
