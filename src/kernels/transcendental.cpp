@@ -104,8 +104,7 @@ HWY_INLINE V poly(D d, V x, V acc, hn::TFromD<D> c, Rest... rest) {
 template <class D, class V>
 HWY_INLINE V exp_q(D d, V r) {
     if constexpr (sizeof(hn::TFromD<D>) == 4) {
-        return poly(d, r, hn::Set(d, 0x1.6beb2ep-10f), 0x1.122dp-7f, 0x1.55568p-5f, 0x1.5554aap-3f,
-                    0x1.fffffep-2f);
+        return poly(d, r, hn::Set(d, 0x1.6beb2ep-10f), 0x1.122dp-7f, 0x1.55568p-5f, 0x1.5554aap-3f, 0x1.fffffep-2f);
     } else {
         return poly(d, r, hn::Set(d, 0x1.1ee87101917f4p-29), 0x1.af636eef64982p-26, 0x1.27e53886377ffp-22,
                     0x1.71ddf5d9b9195p-19, 0x1.a01a0179914c8p-16, 0x1.a01a01b0c8c78p-13, 0x1.6c16c16c1fb4fp-10,
@@ -198,8 +197,8 @@ HWY_INLINE V log_core(D d, V x, V eadj) {
         // int64 -> double without vcvtqq2pd (absent before AVX-512DQ): bias e into [0, 2047], OR it into
         // the mantissa of 2^52 and subtract. The bias also makes a logical shift suffice.
         const hn::RebindToUnsigned<D> du;
-        const auto eb = hn::ShiftRight<C::mant_bits>(
-            hn::BitCast(du, hn::Add(ix, hn::Set(di, std::int64_t{1023} << C::mant_bits))));
+        const auto eb =
+            hn::ShiftRight<C::mant_bits>(hn::BitCast(du, hn::Add(ix, hn::Set(di, std::int64_t{1023} << C::mant_bits))));
         ef = hn::Sub(hn::BitCast(d, hn::Or(eb, hn::BitCast(du, hn::Set(d, 0x1p52)))), hn::Set(d, 0x1p52 + 1023.0));
     }
     if constexpr (Adjust) ef = hn::Add(ef, eadj);
@@ -220,9 +219,9 @@ HWY_INLINE V log_core(D d, V x, V eadj) {
         const V s = hn::Div(f, hn::Add(f, hn::Set(d, 2.0)));
         const V hfsq = hn::Mul(hn::Set(d, 0.5), hn::Mul(f, f));
         const V z = hn::Mul(s, s);
-        const V r = hn::Mul(z, poly(d, z, hn::Set(d, 0x1.0fa728c58b3ebp-3), 0x1.0f57ce0b746f8p-3,
-                                    0x1.3b20be7d109cap-3, 0x1.745cdeecee49fp-3, 0x1.c71c7251b8e35p-3,
-                                    0x1.2492492437439p-2, 0x1.9999999999cfcp-2, 0x1.5555555555555p-1));
+        const V r = hn::Mul(z, poly(d, z, hn::Set(d, 0x1.0fa728c58b3ebp-3), 0x1.0f57ce0b746f8p-3, 0x1.3b20be7d109cap-3,
+                                    0x1.745cdeecee49fp-3, 0x1.c71c7251b8e35p-3, 0x1.2492492437439p-2,
+                                    0x1.9999999999cfcp-2, 0x1.5555555555555p-1));
         const V t = hn::MulAdd(s, hn::Add(hfsq, r), hn::Mul(ef, ln2_lo));
         return hn::MulSub(ef, ln2_hi, hn::Sub(hn::Sub(hfsq, t), f));
     }
@@ -320,8 +319,8 @@ HWY_INLINE V tanh_core(D d, V x) {
 #endif
     V q2;  // 2 q(2 h_r): exp_q's coefficients c_k scaled by 2^(k-1)
     if constexpr (sizeof(T) == 4) {
-        q2 = poly(d, hr, hn::Set(d, 0x1.6beb2ep-10f * 32), 0x1.122dp-7f * 16, 0x1.55568p-5f * 8,
-                  0x1.5554aap-3f * 4, 0x1.fffffep-2f * 2);
+        q2 = poly(d, hr, hn::Set(d, 0x1.6beb2ep-10f * 32), 0x1.122dp-7f * 16, 0x1.55568p-5f * 8, 0x1.5554aap-3f * 4,
+                  0x1.fffffep-2f * 2);
     } else {
         q2 = poly(d, hr, hn::Set(d, 0x1.1ee87101917f4p-29 * 2048), 0x1.af636eef64982p-26 * 1024,
                   0x1.27e53886377ffp-22 * 512, 0x1.71ddf5d9b9195p-19 * 256, 0x1.a01a0179914c8p-16 * 128,
@@ -329,8 +328,8 @@ HWY_INLINE V tanh_core(D d, V x) {
                   0x1.555555555553cp-5 * 8, 0x1.5555555555559p-3 * 4, 0x1.0p-1 * 2);
     }
     const V t = hn::MulAdd(hn::Mul(hr, hr), q2, hr);
-    const V s = hn::BitCast(
-        d, hn::Add(hn::ShiftLeft<C::mant_bits>(hn::BitCast(di, kf)), hn::Set(di, C::one_bits)));  // 2^n
+    const V s =
+        hn::BitCast(d, hn::Add(hn::ShiftLeft<C::mant_bits>(hn::BitCast(di, kf)), hn::Set(di, C::one_bits)));  // 2^n
     const V h = hn::MulAdd(s, t, hn::MulAdd(s, hn::Set(d, T(0.5)), hn::Set(d, T(-0.5))));
     const V q0 = hn::Div(h, hn::Add(h, hn::Set(d, T(1))));
     return hn::CopySign(neg_mul_add_exact(d, h, q0, h), x);  // |q| with x's sign
@@ -394,8 +393,8 @@ HWY_INLINE void apply(const T* x, T* out, std::int64_t count) {
             auto v3 = hn::LoadU(d, x + i + 3 * lanes);
             bool fast = true;
             if constexpr (!Op::always_fast) {
-                fast = hn::AllTrue(d, hn::And(hn::And(Op::safe(d, v0), Op::safe(d, v1)),
-                                              hn::And(Op::safe(d, v2), Op::safe(d, v3))));
+                fast = hn::AllTrue(
+                    d, hn::And(hn::And(Op::safe(d, v0), Op::safe(d, v1)), hn::And(Op::safe(d, v2), Op::safe(d, v3))));
             }
             if (HWY_LIKELY(fast)) {
                 v0 = Op::fast(d, v0);

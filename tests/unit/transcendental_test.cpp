@@ -174,8 +174,8 @@ void check_and_report(const char* type, const function<T>& fn, const stats_by_ta
             std::printf("%-4s %-8s %-8s max %.3f ULP over %zu points (worst x = %.9g -> %.9g)\n", type, fn.name,
                         hwy::TargetName(target), s.max_ulp, s.count, s.worst_x, s.worst_got);
         }
-        INFO(type << " " << fn.name << " on " << hwy::TargetName(target) << ": worst x = " << s.worst_x
-                  << " (hex " << std::hexfloat << s.worst_x << std::defaultfloat << ") gives " << s.worst_got);
+        INFO(type << " " << fn.name << " on " << hwy::TargetName(target) << ": worst x = " << s.worst_x << " (hex "
+                  << std::hexfloat << s.worst_x << std::defaultfloat << ") gives " << s.worst_got);
         CHECK(s.max_ulp <= traits<T>::bound);
     }
 }
@@ -214,13 +214,40 @@ std::vector<std::pair<float, float>> exhaustive_binades(const std::string& name)
 template <typename T>
 std::vector<T> special_values() {
     using lim = std::numeric_limits<T>;
-    std::vector<T> v = {T(0),         -T(0),         T(1),         -T(1),          T(0.5),        -T(0.5),
-                        lim::min(),   -lim::min(),   lim::denorm_min(), -lim::denorm_min(), lim::max(), -lim::max(),
-                        lim::infinity(), -lim::infinity(), lim::quiet_NaN(), -lim::quiet_NaN(), lim::epsilon(),
-                        T(1) - lim::epsilon() / 2, T(1) + lim::epsilon()};
-    const T edges[] = {T(88.72283935546875), T(-87.33654475055310898657), T(-103.972077083991796), T(-104),
-                       T(709.782712893383973096), T(-708.396418532264106224), T(-745.133219101941108420),
-                       T(9.01), T(19.06), T(87), T(-87), T(708), T(-708), T(1e-20), T(-1e-20)};
+    std::vector<T> v = {T(0),
+                        -T(0),
+                        T(1),
+                        -T(1),
+                        T(0.5),
+                        -T(0.5),
+                        lim::min(),
+                        -lim::min(),
+                        lim::denorm_min(),
+                        -lim::denorm_min(),
+                        lim::max(),
+                        -lim::max(),
+                        lim::infinity(),
+                        -lim::infinity(),
+                        lim::quiet_NaN(),
+                        -lim::quiet_NaN(),
+                        lim::epsilon(),
+                        T(1) - lim::epsilon() / 2,
+                        T(1) + lim::epsilon()};
+    const T edges[] = {T(88.72283935546875),
+                       T(-87.33654475055310898657),
+                       T(-103.972077083991796),
+                       T(-104),
+                       T(709.782712893383973096),
+                       T(-708.396418532264106224),
+                       T(-745.133219101941108420),
+                       T(9.01),
+                       T(19.06),
+                       T(87),
+                       T(-87),
+                       T(708),
+                       T(-708),
+                       T(1e-20),
+                       T(-1e-20)};
     for (const T e : edges) {
         if (std::isfinite(e)) {
             v.push_back(e);
@@ -359,20 +386,48 @@ void check_specials(const function<T>& fn) {
     std::vector<expect> cases;
     const std::string name = fn.name;
     if (name == "exp") {
-        cases = {{T(0), T(1)}, {-T(0), T(1)}, {inf, inf}, {-inf, T(0)}, {nan, nan}, {-nan, nan},
-                 {lim::max(), inf}, {-lim::max(), T(0)}, {T(1000), inf}, {T(-1000), T(0)}, {T(1e6), inf},
-                 {T(-1e6), T(0)}, {lim::denorm_min(), T(1)}, {-lim::denorm_min(), T(1)}};
+        cases = {{T(0), T(1)},
+                 {-T(0), T(1)},
+                 {inf, inf},
+                 {-inf, T(0)},
+                 {nan, nan},
+                 {-nan, nan},
+                 {lim::max(), inf},
+                 {-lim::max(), T(0)},
+                 {T(1000), inf},
+                 {T(-1000), T(0)},
+                 {T(1e6), inf},
+                 {T(-1e6), T(0)},
+                 {lim::denorm_min(), T(1)},
+                 {-lim::denorm_min(), T(1)}};
     } else if (name == "log") {
-        cases = {{T(1), T(0)}, {T(0), -inf}, {-T(0), -inf}, {inf, inf}, {-inf, nan}, {T(-1), nan},
-                 {-lim::denorm_min(), nan}, {-lim::max(), nan}, {nan, nan}, {-nan, nan}};
+        cases = {{T(1), T(0)},
+                 {T(0), -inf},
+                 {-T(0), -inf},
+                 {inf, inf},
+                 {-inf, nan},
+                 {T(-1), nan},
+                 {-lim::denorm_min(), nan},
+                 {-lim::max(), nan},
+                 {nan, nan},
+                 {-nan, nan}};
     } else if (name == "tanh") {
-        cases = {{T(0), T(0)}, {-T(0), -T(0)}, {inf, T(1)}, {-inf, T(-1)}, {nan, nan}, {-nan, nan},
-                 {lim::max(), T(1)}, {-lim::max(), T(-1)}, {T(30), T(1)}, {T(-30), T(-1)},
-                 {lim::denorm_min(), lim::denorm_min()}, {-lim::denorm_min(), -lim::denorm_min()},
+        cases = {{T(0), T(0)},
+                 {-T(0), -T(0)},
+                 {inf, T(1)},
+                 {-inf, T(-1)},
+                 {nan, nan},
+                 {-nan, nan},
+                 {lim::max(), T(1)},
+                 {-lim::max(), T(-1)},
+                 {T(30), T(1)},
+                 {T(-30), T(-1)},
+                 {lim::denorm_min(), lim::denorm_min()},
+                 {-lim::denorm_min(), -lim::denorm_min()},
                  {lim::min(), lim::min()}};
     } else {
-        cases = {{T(0), T(0.5)}, {-T(0), T(0.5)}, {inf, T(1)}, {-inf, T(0)}, {nan, nan}, {-nan, nan},
-                 {lim::max(), T(1)}, {-lim::max(), T(0)}, {T(1000), T(1)}, {T(-1e6), T(0)}};
+        cases = {{T(0), T(0.5)}, {-T(0), T(0.5)},    {inf, T(1)},         {-inf, T(0)},    {nan, nan},
+                 {-nan, nan},    {lim::max(), T(1)}, {-lim::max(), T(0)}, {T(1000), T(1)}, {T(-1e6), T(0)}};
     }
     for_each_target([&](std::int64_t target) {
         for (const auto& c : cases) {
@@ -383,8 +438,8 @@ void check_specials(const function<T>& fn) {
             fn.kernel(xs.data(), out.data(), static_cast<std::int64_t>(xs.size()));
             T alone = T(0);
             fn.kernel(&c.x, &alone, 1);
-            INFO(fn.name << "(" << c.x << ") on " << hwy::TargetName(target) << ": got " << out[100] << " and "
-                         << alone << ", want " << c.y);
+            INFO(fn.name << "(" << c.x << ") on " << hwy::TargetName(target) << ": got " << out[100] << " and " << alone
+                         << ", want " << c.y);
             if (std::isnan(c.y)) {
                 CHECK(std::isnan(out[100]));
                 CHECK(std::isnan(alone));
