@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/transcendental.hpp"
 
@@ -87,41 +88,96 @@ HWY_INLINE void softmax_t(const nd_loop<2>& rows, std::int64_t n, std::int64_t s
     }
 }
 
-// The k best of p[0..n) into vals / ids, best first; k <= n, small k: a sorted
-// insertion buffer, with whole vectors skipped while none of their lanes can
-// enter it (lane > current k-th value, or NaN).
+// The k best of p[0..n) into vals / ids, best first, for k < cap < n: candidates
+// are collected (as indices) into ids[0..cap); whenever that fills up, it is cut
+// back to its best k with nth_element, and the k-th best becomes a threshold.
+// Only elements ranking above the threshold can still make the top k (a later
+// element equal to it ranks below it: higher index), so whole vectors without
+// such a lane (v > threshold, or NaN) are skipped with one Highway compare.
+// Amortised O(1) per element whatever the input order (an ascending row
+// triggers a compaction every cap - k elements).
 template <class T>
-HWY_INLINE void top_small(const T* p, std::int64_t n, std::int64_t k, T* vals, std::int64_t* ids) {
+HWY_INLINE void top_buffered(const T* p, std::int64_t n, std::int64_t k, std::int64_t cap, T* vals, std::int64_t* ids) {
     const hn::ScalableTag<T> d;
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+    const auto above = [p](std::int64_t a, std::int64_t b) { return ranks_above(p[a], a, p[b], b); };
     std::int64_t count = 0;
+    for (; count < cap; ++count) ids[count] = count;
+    T threshold;
+    auto compact = [&] {
+        std::nth_element(ids, ids + (k - 1), ids + count, above);
+        count = k;
+        threshold = p[ids[k - 1]];
+    };
+    compact();
     auto offer = [&](std::int64_t i) {
         const T v = p[i];
-        std::int64_t pos;
-        if (count < k) {
-            pos = count++;
-        } else {
-            if (!ranks_above(v, i, vals[k - 1], ids[k - 1])) return;
-            pos = k - 1;
-        }
-        while (pos > 0 && ranks_above(v, i, vals[pos - 1], ids[pos - 1])) {
-            vals[pos] = vals[pos - 1];
-            ids[pos] = ids[pos - 1];
-            --pos;
-        }
-        vals[pos] = v;
-        ids[pos] = i;
+        if (std::isnan(threshold) || !(v > threshold || std::isnan(v))) return;
+        ids[count++] = i;
+        if (count == cap) compact();
     };
-    std::int64_t i = 0;
-    for (; i < n && count < k; ++i) offer(i);
+    std::int64_t i = cap;
     for (; i + N <= n; i += N) {
-        const T worst = vals[k - 1];
-        if (std::isnan(worst)) return;  // k NaNs of lower index: nothing later ranks above them
+        if (std::isnan(threshold)) break;  // k NaNs of lower index: nothing later ranks above them
         const auto v = hn::LoadU(d, p + i);
-        if (hn::AllFalse(d, hn::Or(hn::Gt(v, hn::Set(d, worst)), hn::IsNaN(v)))) continue;
+        if (hn::AllFalse(d, hn::Or(hn::Gt(v, hn::Set(d, threshold)), hn::IsNaN(v)))) continue;
         for (std::int64_t j = 0; j < N; ++j) offer(i + j);
     }
     for (; i < n; ++i) offer(i);
+    std::partial_sort(ids, ids + k, ids + count, above);
+    for (std::int64_t j = 0; j < k; ++j) vals[j] = p[ids[j]];
+}
+
+// The k best of p[0..n) into vals / ids, best first, through a lower bound:
+// the maxima of 4N interleaved groups (lane j of accumulator a sees elements
+// 4N*m + a*N + j) are 4N distinct elements, so the k-th largest of them, t0, is
+// at most the row's k-th largest value, and every element of the top k is
+// >= t0. One vector pass finds t0, a second collects the candidates >= t0 (for
+// most inputs about k of them, ascending rows included), and a partial sort of
+// the candidates in the top-k order finishes. Returns false (nothing done)
+// when the row holds a NaN or k or n do not suit the target's vector width.
+template <class T>
+HWY_INLINE bool top_by_threshold(const T* p, std::int64_t n, std::int64_t k, T* vals, std::int64_t* ids) {
+    const hn::ScalableTag<T> d;
+    const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+    if (k > 4 * N || n < 8 * N) return false;
+    const auto lowest = hn::Set(d, -std::numeric_limits<T>::infinity());
+    auto a0 = lowest, a1 = lowest, a2 = lowest, a3 = lowest;
+    auto nan = hn::Zero(d);
+    std::int64_t i = 0;
+    for (; i + 4 * N <= n; i += 4 * N) {
+        const auto v0 = hn::LoadU(d, p + i), v1 = hn::LoadU(d, p + i + N);
+        const auto v2 = hn::LoadU(d, p + i + 2 * N), v3 = hn::LoadU(d, p + i + 3 * N);
+        a0 = hn::Max(a0, v0);
+        a1 = hn::Max(a1, v1);
+        a2 = hn::Max(a2, v2);
+        a3 = hn::Max(a3, v3);
+        nan = hn::Or(nan, hn::VecFromMask(
+                              d, hn::Or(hn::Or(hn::IsNaN(v0), hn::IsNaN(v1)), hn::Or(hn::IsNaN(v2), hn::IsNaN(v3)))));
+    }
+    for (std::int64_t j = i; j < n; ++j)
+        if (std::isnan(p[j])) return false;
+    if (!hn::AllFalse(d, hn::MaskFromVec(nan))) return false;
+    HWY_ALIGN T maxima[4 * max_lanes<T>];
+    hn::Store(a0, d, maxima);
+    hn::Store(a1, d, maxima + N);
+    hn::Store(a2, d, maxima + 2 * N);
+    hn::Store(a3, d, maxima + 3 * N);
+    std::nth_element(maxima, maxima + (k - 1), maxima + 4 * N, [](T a, T b) { return a > b; });
+    const T t0 = maxima[k - 1];
+    const auto vt = hn::Set(d, t0);
+    std::int64_t count = 0;
+    for (i = 0; i + N <= n; i += N) {
+        if (hn::AllFalse(d, hn::Ge(hn::LoadU(d, p + i), vt))) continue;
+        for (std::int64_t j = i; j < i + N; ++j)
+            if (p[j] >= t0) ids[count++] = j;
+    }
+    for (; i < n; ++i)
+        if (p[i] >= t0) ids[count++] = i;
+    std::partial_sort(ids, ids + k, ids + count,
+                      [p](std::int64_t a, std::int64_t b) { return ranks_above(p[a], a, p[b], b); });
+    for (std::int64_t j = 0; j < k; ++j) vals[j] = p[ids[j]];
+    return true;
 }
 
 template <class T>
@@ -133,7 +189,8 @@ HWY_INLINE void top_k_t(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, 
     T* vals = row + n;
     const auto ids_at = (reinterpret_cast<std::uintptr_t>(vals + k) + 7) & ~std::uintptr_t{7};
     auto* ids = reinterpret_cast<std::int64_t*>(ids_at);
-    const bool small = k <= 64 && k * 8 <= n;
+    const std::int64_t cap = std::max<std::int64_t>(4 * k, 64);
+    const bool buffered = cap < n;
     run_cursor<3> cursor(rows, begin, end);
     std::int64_t off[3];
     std::int64_t count;
@@ -146,8 +203,10 @@ HWY_INLINE void top_k_t(const nd_loop<3>& rows, std::int64_t n, std::int64_t k, 
                 gather_run(row, src, sx, n);
                 src = row;
             }
-            if (small) {
-                top_small(src, n, k, vals, ids);
+            if (top_by_threshold(src, n, k, vals, ids)) {
+                // done
+            } else if (buffered) {
+                top_buffered(src, n, k, cap, vals, ids);
             } else {
                 for (std::int64_t i = 0; i < n; ++i) ids[i] = i;
                 std::partial_sort(ids, ids + k, ids + n,

@@ -186,38 +186,42 @@ TEST_CASE("top_k matches a stable-sort reference on every target, size, layout a
                 {{1023}, 0, 300},  {{65537}, 0, 10},  {{17, 300}, 1, 5}, {{17, 300}, 1, 100},
                 {{300, 17}, 0, 7}, {{5, 7, 9}, 1, 3}, {{5, 7, 9}, 2, 0}, {{4, 64}, 1, 8},
             };
-            for (const auto& cs : cases) {
-                auto v = random_values(static_cast<std::size_t>(count_of(cs.shape)), -3, 3, 17);
-                // Many ties: round to quarters; a few NaNs and signed zeros.
-                for (std::size_t i = 0; i < v.size(); ++i) {
-                    v[i] = std::round(v[i] * 4) / 4;
-                    if (i % 97 == 13) v[i] = std::numeric_limits<double>::quiet_NaN();
-                    if (i % 89 == 7) v[i] = i % 2 ? -0.0 : 0.0;
-                }
-                const auto axis = static_cast<std::size_t>(
-                    cs.axis < 0 ? cs.axis + static_cast<std::int64_t>(cs.shape.size()) : cs.axis);
-                for (const layout l : {layout::contiguous, layout::strided, layout::reversed, layout::transposed}) {
-                    const laid_out x = lay_out(t, v, cs.shape, l);
-                    auto [vals, ids] =
-                        in_session(cpu, 1, [&](backend_session& s) { return s.top_k(x.view, cs.k, cs.axis); });
-                    shape_t out_shape = cs.shape;
-                    out_shape[axis] = cs.k;
-                    REQUIRE(std::ranges::equal(vals.shape(), out_shape));
-                    REQUIRE(ids.type() == dtype::i64);
-                    REQUIRE(std::ranges::equal(ids.shape(), out_shape));
-                    const auto [rv, ri] = top_k_ref(values_of(x.view), cs.shape, axis, cs.k);
-                    const auto gv = values_of(vals);
-                    const auto gi = typed_values_of<std::int64_t>(ids);
-                    std::size_t bad = 0;
-                    for (std::size_t i = 0; i < gv.size(); ++i) {
-                        const bool same = (std::isnan(gv[i]) && std::isnan(rv[i])) || gv[i] == rv[i];
-                        if (!same || gi[i] != ri[i]) ++bad;
+            // Inputs: random with many ties (rounded to quarters) and signed zeros, with or
+            // without NaNs; ascending; descending. (NaN-free rows take the threshold path.)
+            for (const auto& cs : cases)
+                for (int kind = 0; kind < 4; ++kind) {
+                    auto v = random_values(static_cast<std::size_t>(count_of(cs.shape)), -3, 3, 17);
+                    for (std::size_t i = 0; i < v.size(); ++i) {
+                        v[i] = std::round(v[i] * 4) / 4;
+                        if (kind == 0 && i % 97 == 13) v[i] = std::numeric_limits<double>::quiet_NaN();
+                        if (i % 89 == 7) v[i] = i % 2 ? -0.0 : 0.0;
+                        if (kind == 2) v[i] = static_cast<double>(i % 1000);
+                        if (kind == 3) v[i] = -static_cast<double>(i % 1000);
                     }
-                    INFO(target << " " << to_string(t) << " shape " << to_string(cs.shape) << " axis " << cs.axis
-                                << " k " << cs.k << " " << test::name_of(l));
-                    CHECK(bad == 0);
+                    const auto axis = static_cast<std::size_t>(
+                        cs.axis < 0 ? cs.axis + static_cast<std::int64_t>(cs.shape.size()) : cs.axis);
+                    for (const layout l : {layout::contiguous, layout::strided, layout::reversed, layout::transposed}) {
+                        const laid_out x = lay_out(t, v, cs.shape, l);
+                        auto [vals, ids] =
+                            in_session(cpu, 1, [&](backend_session& s) { return s.top_k(x.view, cs.k, cs.axis); });
+                        shape_t out_shape = cs.shape;
+                        out_shape[axis] = cs.k;
+                        REQUIRE(std::ranges::equal(vals.shape(), out_shape));
+                        REQUIRE(ids.type() == dtype::i64);
+                        REQUIRE(std::ranges::equal(ids.shape(), out_shape));
+                        const auto [rv, ri] = top_k_ref(values_of(x.view), cs.shape, axis, cs.k);
+                        const auto gv = values_of(vals);
+                        const auto gi = typed_values_of<std::int64_t>(ids);
+                        std::size_t bad = 0;
+                        for (std::size_t i = 0; i < gv.size(); ++i) {
+                            const bool same = (std::isnan(gv[i]) && std::isnan(rv[i])) || gv[i] == rv[i];
+                            if (!same || gi[i] != ri[i]) ++bad;
+                        }
+                        INFO(target << " " << to_string(t) << " shape " << to_string(cs.shape) << " axis " << cs.axis
+                                    << " k " << cs.k << " " << test::name_of(l) << " input kind " << kind);
+                        CHECK(bad == 0);
+                    }
                 }
-            }
         }
     });
 }
