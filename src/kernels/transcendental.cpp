@@ -130,16 +130,42 @@ HWY_INLINE V exp_reduced(D d, V r) {
     return hn::MulAdd(hn::MulAdd(exp_q(d, r), r, one), r, one);
 }
 
-// Fast exp: valid for |x| <= exp_fast_bound, where both 2^n and the result are normal, so multiplying by
-// 2^n is an integer add of n << mant_bits to p's bits (exact, and one op cheaper than a multiply).
+// AVX-512 scales by 2^n in one instruction (vscalefps); elsewhere that takes two integer ops. Both forms
+// give the same bits wherever the result is normal.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define TENFERRO_TRANSCENDENTAL_AVX512 1
+#else
+#define TENFERRO_TRANSCENDENTAL_AVX512 0
+#endif
+
+// p * 2^n for n = round(x log2e) held in kf (see tc::shifter) and as a float in nf, where 2^n and the
+// product are normal: exact. Without vscalef, an integer add of n << mant_bits to p's bits.
+template <class D, class V>
+HWY_INLINE V scale_by_pow2(D d, V p, V kf, V nf) {
+#if TENFERRO_TRANSCENDENTAL_AVX512
+    (void)d;
+    (void)kf;
+    if constexpr (sizeof(hn::TFromD<D>) == 4) {
+        return V{_mm512_scalef_ps(p.raw, nf.raw)};
+    } else {
+        return V{_mm512_scalef_pd(p.raw, nf.raw)};
+    }
+#else
+    (void)nf;
+    const hn::RebindToSigned<D> di;
+    const auto scale = hn::ShiftLeft<tc<hn::TFromD<D>>::mant_bits>(hn::BitCast(di, kf));
+    return hn::BitCast(d, hn::Add(hn::BitCast(di, p), scale));
+#endif
+}
+
+// Fast exp: valid for |x| <= exp_fast_bound, where both 2^n and the result are normal, so the scaling
+// by 2^n is exact.
 template <class D, class V>
 HWY_INLINE V exp_fast(D d, V x) {
     using C = tc<hn::TFromD<D>>;
-    const hn::RebindToSigned<D> di;
     V kf;
     const V p = exp_reduced(d, reduce(d, x, kf));
-    const auto scale = hn::ShiftLeft<C::mant_bits>(hn::BitCast(di, kf));
-    return hn::BitCast(d, hn::Add(hn::BitCast(di, p), scale));
+    return scale_by_pow2(d, p, kf, hn::Sub(kf, hn::Set(d, C::shifter)));
 }
 
 // Full-range exp. Clamping keeps n in [-150, 128] (f32) / [-1076, 1024] (f64); 2^n is applied as two
@@ -305,7 +331,6 @@ template <class D, class V>
 HWY_INLINE V tanh_core(D d, V x) {
     using T = hn::TFromD<D>;
     using C = tc<T>;
-    const hn::RebindToSigned<D> di;
     const V y = max_keep_nan(d, hn::Or(x, hn::SignBit(d)), hn::Set(d, -C::tanh_clamp));
     const V kf = hn::MulAdd(y, hn::Set(d, T(2) * C::log2e), hn::Set(d, C::shifter));
     const V nf = hn::Sub(kf, hn::Set(d, C::shifter));
@@ -328,8 +353,7 @@ HWY_INLINE V tanh_core(D d, V x) {
                   0x1.555555555553cp-5 * 8, 0x1.5555555555559p-3 * 4, 0x1.0p-1 * 2);
     }
     const V t = hn::MulAdd(hn::Mul(hr, hr), q2, hr);
-    const V s =
-        hn::BitCast(d, hn::Add(hn::ShiftLeft<C::mant_bits>(hn::BitCast(di, kf)), hn::Set(di, C::one_bits)));  // 2^n
+    const V s = scale_by_pow2(d, hn::Set(d, T(1)), kf, nf);  // 2^n
     const V h = hn::MulAdd(s, t, hn::MulAdd(s, hn::Set(d, T(0.5)), hn::Set(d, T(-0.5))));
     const V q0 = hn::Div(h, hn::Add(h, hn::Set(d, T(1))));
     return hn::CopySign(neg_mul_add_exact(d, h, q0, h), x);  // |q| with x's sign
@@ -438,6 +462,8 @@ void tanh_f32_kernel(const float* x, float* out, std::int64_t n) { apply<tanh_op
 void tanh_f64_kernel(const double* x, double* out, std::int64_t n) { apply<tanh_op>(x, out, n); }
 void sigmoid_f32_kernel(const float* x, float* out, std::int64_t n) { apply<sigmoid_op>(x, out, n); }
 void sigmoid_f64_kernel(const double* x, double* out, std::int64_t n) { apply<sigmoid_op>(x, out, n); }
+
+#undef TENFERRO_TRANSCENDENTAL_AVX512
 
 }  // namespace
 }  // namespace HWY_NAMESPACE
