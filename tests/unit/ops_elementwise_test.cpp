@@ -321,6 +321,32 @@ TEST_CASE("sqrt is correctly rounded in f64", "[elementwise]") {
     });
 }
 
+TEST_CASE("unary ops and scale accept broadcast (zero-stride) inputs", "[elementwise]") {
+    cpu_backend cpu(two_permits());
+    for_each_target([&](const std::string& target) {
+        INFO(target);
+        tensor row = tensor::from<float>({0.5f, -1.5f, 2.0f}, {3});
+        const const_tensor_view b = row.broadcast_to({300, 3});  // strides [0, 1]
+        const const_tensor_view col = row.slice(0, 0, 1).broadcast_to({4, 1000});  // strides [0, 0]
+        auto r = in_session(cpu, 1, [&](backend_session& s) {
+            return std::vector<tensor>{s.exp(b), s.neg(b), s.tanh(col), s.abs(col), s.scale(col, 2.0)};
+        });
+        const auto e = values_of(r[0]), n = values_of(r[1]), t = values_of(r[2]), a = values_of(r[3]),
+                   sc = values_of(r[4]);
+        const auto rv = values_of(row);
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < e.size(); ++i)
+            if (e[i] != e[i % 3] || n[i] != -rv[i % 3]) ++bad;
+        CHECK(bad == 0);
+        CHECK(ulps(dtype::f32, e[1], std::exp(-1.5L)) <= 2);
+        bad = 0;
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (t[i] != t[0] || a[i] != 0.5 || sc[i] != 1.0) ++bad;
+        CHECK(bad == 0);
+        CHECK(ulps(dtype::f32, t[0], std::tanh(0.5L)) <= 3);
+    });
+}
+
 TEST_CASE("unary ops on rank-0 and empty inputs", "[elementwise]") {
     cpu_backend cpu(two_permits());
     tensor x = tensor::from<float>({2.0f}, std::span<const std::int64_t>{});

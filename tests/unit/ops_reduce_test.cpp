@@ -291,6 +291,21 @@ TEST_CASE("reductions propagate NaN and handle empty and rank-0 inputs", "[reduc
     CHECK(values_of(r[7])[0] == 6.25);
 }
 
+TEST_CASE("reductions accept broadcast (zero-stride) inputs", "[reduce]") {
+    cpu_backend cpu(two_permits());
+    tensor row = tensor::from<double>({1.0, 2.0, 3.0}, {3});
+    const const_tensor_view b = row.broadcast_to({5000, 3});  // strides [0, 1]
+    auto r = in_session(cpu, 2, [&](backend_session& s) {
+        return std::vector<tensor>{s.reduce_sum(b), s.reduce_sum(b, {0}), s.reduce_max(b, {1}), s.norm_squared(b),
+                                   s.vdot(b, b)};
+    });
+    CHECK(values_of(r[0])[0] == 30000.0);
+    CHECK(values_of(r[1]) == std::vector<double>{5000.0, 10000.0, 15000.0});
+    CHECK(values_of(r[2]) == std::vector<double>(5000, 3.0));
+    CHECK(values_of(r[3])[0] == 70000.0);
+    CHECK(values_of(r[4])[0] == 70000.0);
+}
+
 TEST_CASE("vdot and norm_squared match a reference on every target and layout", "[reduce]") {
     cpu_backend cpu(two_permits());
     for_each_target([&](const std::string& target) {

@@ -240,6 +240,26 @@ TEST_CASE("top_k ranks NaN first and breaks ties by lower index", "[rowwise]") {
     CHECK(vv[5] == 1.0);
 }
 
+TEST_CASE("row-wise ops accept broadcast (zero-stride) and rank-1 inputs", "[rowwise]") {
+    cpu_backend cpu(two_permits());
+    tensor row = tensor::from<float>({3.0f, 1.0f, 2.0f, 3.0f}, {4});
+    const const_tensor_view b = row.broadcast_to({100, 4});  // strides [0, 1]
+    const const_tensor_view c = row.slice(0, 0, 1).broadcast_to({5, 6});  // all zero strides
+    auto r = in_session(cpu, 1, [&](backend_session& s) {
+        auto [v, i] = s.top_k(b, 2, 1);
+        auto [cv, ci] = s.top_k(c, 3, 1);
+        return std::vector<tensor>{s.softmax(b, 1), v, i, s.softmax(c, 0), cv, ci};
+    });
+    const auto sm = values_of(r[0]);
+    for (std::size_t i = 4; i < sm.size(); ++i) CHECK(sm[i] == sm[i % 4]);
+    CHECK(values_of(r[1])[0] == 3.0);
+    CHECK(typed_values_of<std::int64_t>(r[2])[0] == 0);
+    CHECK(typed_values_of<std::int64_t>(r[2])[1] == 3);  // the tie goes to the lower index first
+    for (double v : values_of(r[3])) CHECK(v == Approx(0.2));
+    CHECK(typed_values_of<std::int64_t>(r[5])[0] == 0);
+    CHECK(typed_values_of<std::int64_t>(r[5])[2] == 2);
+}
+
 TEST_CASE("row-wise ops write strided _into outputs", "[rowwise]") {
     cpu_backend cpu(two_permits());
     const auto v = random_values(6 * 40, -2, 2, 5);
