@@ -1,0 +1,654 @@
+// GEMM kernel (see gemm.hpp; design notes in docs/gemm.md).
+//
+// Goto/BLIS structure: for each task's N range in nc columns, for each kc-deep slice of K, the
+// B panel (kc x nc) is packed into nr-wide micro-panels; for each mc rows, the A block (mc x kc)
+// is packed into mr-tall micro-panels; a register-blocked micro-kernel then computes each
+// mr x nr tile of C from one A micro-panel (streamed from L2) and one B micro-panel (kept in L1).
+// Packing reads the strided source directly, so no operand is ever copied whole or transposed.
+
+#include "kernels/gemm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+// The micro-kernel keeps arrays of vectors, which sizeless (SVE, RVV) vectors cannot form.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/gemm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+// Target-independent helpers: compiled once.
+#ifndef TENFERRO_KERNELS_GEMM_SHARED
+#define TENFERRO_KERNELS_GEMM_SHARED
+namespace tenferro::kernels::gemm_detail {
+
+constexpr std::size_t align_bytes = 64;
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+inline std::int64_t round_up(std::int64_t a, std::int64_t b) noexcept { return ceil_div(a, b) * b; }
+inline std::size_t round_up_bytes(std::size_t a) noexcept { return (a + align_bytes - 1) / align_bytes * align_bytes; }
+
+inline void* align_up(void* p) noexcept {
+    const auto v = reinterpret_cast<std::uintptr_t>(p);
+    return reinterpret_cast<void*>((v + align_bytes - 1) & ~static_cast<std::uintptr_t>(align_bytes - 1));
+}
+
+/// The register tile and cache blocks of one (target, type).
+struct blocking {
+    std::int32_t mr, nr, kc, mc, nc;
+};
+
+/// Below this many multiply-adds a GEMM runs as one task: waking a worker costs more.
+constexpr std::int64_t parallel_min_fmas = std::int64_t{1} << 18;
+/// The small path (A read in place) is taken when k <= kc and m*n*k is at most this, or when A
+/// has at most a few micro-panel rows (a GEMV-like shape, where packing A cannot pay).
+constexpr std::int64_t small_max_fmas = std::int64_t{96} * 96 * 96;
+
+/// Rows of task t of a tasks-long split of `tiles` tiles of `tile` elements over `extent`.
+inline std::pair<std::int64_t, std::int64_t> task_range(std::int64_t extent, std::int64_t tile, std::int64_t tasks,
+                                                        std::int64_t t) noexcept {
+    const std::int64_t tiles = ceil_div(extent, tile);
+    const std::int64_t per = ceil_div(tiles, tasks);
+    const std::int64_t begin = std::min(extent, t * per * tile);
+    const std::int64_t end = std::min(extent, (t + 1) * per * tile);
+    return {begin, end};
+}
+
+inline gemm_plan make_plan(gemm_type type, std::int64_t m, std::int64_t n, std::int64_t k, int threads,
+                           std::int64_t target, const blocking& b) {
+    gemm_plan p;
+    p.type = type;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.target = target;
+    p.mr = b.mr;
+    p.nr = b.nr;
+    p.kc = b.kc;
+    p.mc = b.mc;
+    p.nc = b.nc;
+    if (m <= 0 || n <= 0) return p;
+    // A column narrower than a vector tile wastes lanes; computing C^T = B^T A^T puts the wider
+    // extent along the vectors. The per-element arithmetic does not change.
+    p.swapped = n < b.nr && m > n;
+    const std::int64_t mm = p.swapped ? n : m;
+    const std::int64_t nn = p.swapped ? m : n;
+    if (k <= 0) return p;
+    p.small = k <= b.kc && (mm * nn * k <= small_max_fmas || mm <= 2 * b.mr);
+
+    // Split C into independent rectangles, never K. Minimise the largest task (in whole tiles),
+    // then the rows + columns a task packs.
+    const std::int64_t mtiles = ceil_div(mm, b.mr), ntiles = ceil_div(nn, b.nr);
+    std::int64_t max_tasks = threads < 1 ? 1 : threads;
+    if (mm * nn * k < parallel_min_fmas) max_tasks = 1;
+    std::int64_t best_tm = 1, best_tn = 1, best_area = std::numeric_limits<std::int64_t>::max(),
+                 best_edge = std::numeric_limits<std::int64_t>::max();
+    for (std::int64_t tm = 1; tm <= max_tasks && tm <= mtiles; ++tm) {
+        for (std::int64_t tn = 1; tm * tn <= max_tasks && tn <= ntiles; ++tn) {
+            const std::int64_t rows = ceil_div(mtiles, tm) * b.mr, cols = ceil_div(ntiles, tn) * b.nr;
+            const std::int64_t area = rows * cols, edge = rows + cols;
+            if (area < best_area || (area == best_area && edge < best_edge)) {
+                best_area = area;
+                best_edge = edge;
+                best_tm = tm;
+                best_tn = tn;
+            }
+        }
+    }
+    // A split that leaves a task empty (tile rounding) is dropped by the range computation; count
+    // only non-empty tasks so that every task index has work.
+    while (best_tm > 1 && task_range(mm, b.mr, best_tm, best_tm - 1).first >= mm) --best_tm;
+    while (best_tn > 1 && task_range(nn, b.nr, best_tn, best_tn - 1).first >= nn) --best_tn;
+    p.tasks_m = static_cast<std::int32_t>(best_tm);
+    p.tasks_n = static_cast<std::int32_t>(best_tn);
+
+    // Per-task buffers: the A block (not on the small path) and the B panel.
+    const std::size_t elem = type == gemm_type::f32 ? 4 : 8;
+    const std::int64_t kc = std::min<std::int64_t>(k, b.kc);
+    const std::int64_t task_rows = task_range(mm, b.mr, best_tm, 0).second;
+    const std::int64_t task_cols = task_range(nn, b.nr, best_tn, 0).second;
+    const std::int64_t mc = std::min<std::int64_t>(b.mc, round_up(task_rows, b.mr));
+    const std::int64_t nc = std::min<std::int64_t>(b.nc, round_up(task_cols, b.nr));
+    const std::size_t a_bytes = p.small ? 0 : round_up_bytes(static_cast<std::size_t>(mc * kc) * elem);
+    const std::size_t b_bytes = round_up_bytes(static_cast<std::size_t>(nc * kc) * elem);
+    p.scratch_bytes = static_cast<std::size_t>(best_tm * best_tn) * (a_bytes + b_bytes) + align_bytes;
+    return p;
+}
+
+}  // namespace tenferro::kernels::gemm_detail
+#endif  // TENFERRO_KERNELS_GEMM_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace tenferro::kernels::HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+namespace gd = gemm_detail;
+
+// ------------------------------------------------------------------------------------------------
+// Tile shape and blocking per target
+// ------------------------------------------------------------------------------------------------
+
+// AVX-512 and AArch64 have 32 vector registers, the x86 targets below AVX-512 16.
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || HWY_ARCH_ARM_A64
+constexpr bool regs32 = true;
+#else
+constexpr bool regs32 = false;
+#endif
+
+// Vectors per tile row (nr = nv * lanes) and rows per tile (mr): mr * nv accumulators plus nv B
+// vectors and one broadcast A value must fit the register file. 16 registers: 6 x 2 (12
+// accumulators; with 2 FMA pipes of latency 4-5 that keeps 10-12 FMAs in flight). 32 registers:
+// 14 x 2 (28 accumulators).
+constexpr std::size_t nv = 2;
+constexpr std::size_t mr_rows = regs32 ? 14 : 6;
+
+template <class T>
+constexpr std::size_t lanes() {
+    return HWY_LANES(T);
+}
+template <class T>
+constexpr std::size_t nr_cols() {
+    return nv * lanes<T>();
+}
+
+// Cache blocks (docs/gemm.md): the B micro-panel kc x nr in L1 (32-48 KiB: kept at <= half of 32
+// KiB with the A micro-panel streaming past it), the A block mc x kc in L2 (512 KiB - 2 MiB: kept
+// near 1/4 of 512 KiB), the B panel kc x nc in L3. Fixed numbers, not CPUID's (which reports the
+// whole socket's L3 in these VMs).
+template <class T>
+gd::blocking target_blocking() {
+    constexpr std::int32_t mr = static_cast<std::int32_t>(mr_rows);
+    constexpr std::int32_t nr = static_cast<std::int32_t>(nr_cols<T>());
+    // kc * nr * sizeof(T) <= 16 KiB (AVX2: 256 x 16 floats; AVX-512: 128 x 32 floats).
+    constexpr std::int32_t kc_raw = static_cast<std::int32_t>(16384 / (nr * sizeof(T)));
+    constexpr std::int32_t kc = kc_raw < 64 ? 64 : (kc_raw > 512 ? 512 : kc_raw);
+    // mc * kc * sizeof(T) ~ 128 KiB, a multiple of mr.
+    constexpr std::int32_t mc_raw = static_cast<std::int32_t>(131072 / (kc * sizeof(T)));
+    constexpr std::int32_t mc = (mc_raw / mr < 1 ? 1 : mc_raw / mr) * mr;
+    // kc * nc * sizeof(T) ~ 2 MiB, a multiple of nr.
+    constexpr std::int32_t nc_raw = static_cast<std::int32_t>((2 << 20) / (kc * sizeof(T)));
+    constexpr std::int32_t nc = (nc_raw / nr < 1 ? 1 : nc_raw / nr) * nr;
+    return {mr, nr, kc, mc, nc};
+}
+
+// ------------------------------------------------------------------------------------------------
+// Packing
+// ------------------------------------------------------------------------------------------------
+
+// B micro-panels: columns [j, j + nr) of a kc-deep slice, stored p-major (nr values per p),
+// zero-padded past `cols`. `b` points at (p0, j0) of the slice.
+template <class T>
+void pack_b_panel(const T* b, std::int64_t brs, std::int64_t bcs, std::int64_t kc, std::int64_t cols, T* dst) {
+    constexpr std::int64_t nr = static_cast<std::int64_t>(nr_cols<T>());
+    for (std::int64_t j = 0; j < cols; j += nr, dst += nr * kc) {
+        const std::int64_t w = std::min(nr, cols - j);
+        const T* src = b + j * bcs;
+        if (bcs == 1 && w == nr) {
+            const hn::ScalableTag<T> d;
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                for (std::size_t v = 0; v < nv; ++v) hn::Store(hn::LoadU(d, s + v * lanes<T>()), d, o + v * lanes<T>());
+            }
+        } else if (brs == 1 && bcs != 0) {
+            // Columns are contiguous in p (B column-major, e.g. a transposed row-major matrix).
+            for (std::int64_t jj = 0; jj < w; ++jj) {
+                const T* s = src + jj * bcs;
+                for (std::int64_t p = 0; p < kc; ++p) dst[p * nr + jj] = s[p];
+            }
+            for (std::int64_t p = 0; p < kc; ++p)
+                for (std::int64_t jj = w; jj < nr; ++jj) dst[p * nr + jj] = T(0);
+        } else {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                std::int64_t jj = 0;
+                for (; jj < w; ++jj) o[jj] = s[jj * bcs];
+                for (; jj < nr; ++jj) o[jj] = T(0);
+            }
+        }
+    }
+}
+
+// A micro-panels: rows [i, i + mr) of a kc-deep slice, stored p-major (mr values per p),
+// zero-padded past `rows`. `a` points at (i0, p0).
+template <class T>
+void pack_a_block(const T* a, std::int64_t ars, std::int64_t acs, std::int64_t rows, std::int64_t kc, T* dst) {
+    constexpr std::int64_t mr = static_cast<std::int64_t>(mr_rows);
+    for (std::int64_t i = 0; i < rows; i += mr, dst += mr * kc) {
+        const std::int64_t h = std::min(mr, rows - i);
+        const T* src = a + i * ars;
+        if (ars == 1 && h == mr) {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * acs;
+                T* o = dst + p * mr;
+                for (std::int64_t r = 0; r < mr; ++r) o[r] = s[r];
+            }
+        } else if (acs == 1) {
+            // Rows contiguous in p (A row-major): read h rows side by side.
+            const T* rowp[mr];
+            for (std::int64_t r = 0; r < h; ++r) rowp[r] = src + r * ars;
+            for (std::int64_t p = 0; p < kc; ++p) {
+                T* o = dst + p * mr;
+                std::int64_t r = 0;
+                for (; r < h; ++r) o[r] = rowp[r][p];
+                for (; r < mr; ++r) o[r] = T(0);
+            }
+        } else {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * acs;
+                T* o = dst + p * mr;
+                std::int64_t r = 0;
+                for (; r < h; ++r) o[r] = s[r * ars];
+                for (; r < mr; ++r) o[r] = T(0);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Micro-kernel
+// ------------------------------------------------------------------------------------------------
+
+// Where the micro-kernel reads A: a packed micro-panel (mr values per p) or the source itself
+// (rows at a + r * ars, columns acs apart; the small path).
+struct a_packed {};
+struct a_strided {};
+
+template <class T>
+struct tile_args {
+    const T* a;  // packed micro-panel, or A at (i, p0)
+    std::int64_t ars, acs;
+    const T* b;  // packed B micro-panel
+    std::int64_t kc;
+    T* c;  // C at (i, j)
+    std::int64_t crs, ccs;
+    std::int64_t cols;  // valid columns (<= nr)
+    T alpha, beta;
+};
+
+// Computes rows [0, R) of one tile: acc[r][v] = sum_p A[r, p] * B[p, v-th vector], then
+// C = alpha * acc + beta * C (C not read when beta == 0). Every element follows the same
+// operation sequence whatever R, `cols`, the C strides or the A source are.
+template <std::size_t R, class ASource, class T>
+HWY_NOINLINE void tile_kernel(const tile_args<T>& t) {
+    const hn::ScalableTag<T> d;
+    using V = hn::Vec<decltype(d)>;
+    constexpr std::size_t L = lanes<T>();
+    constexpr std::size_t NR = nr_cols<T>();
+    V acc[R][nv];
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t v = 0; v < nv; ++v) acc[r][v] = hn::Zero(d);
+
+    const T* HWY_RESTRICT bp = t.b;
+    const std::int64_t kc = t.kc;
+    if constexpr (std::is_same_v<ASource, a_packed>) {
+        const T* HWY_RESTRICT ap = t.a;
+        for (std::int64_t p = 0; p < kc; ++p) {
+            V bv[nv];
+            for (std::size_t v = 0; v < nv; ++v) bv[v] = hn::Load(d, bp + v * L);
+            for (std::size_t r = 0; r < R; ++r) {
+                const V av = hn::Set(d, ap[r]);
+                for (std::size_t v = 0; v < nv; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
+            }
+            ap += mr_rows;
+            bp += NR;
+        }
+    } else {
+        const T* rowp[R];
+        for (std::size_t r = 0; r < R; ++r) rowp[r] = t.a + static_cast<std::int64_t>(r) * t.ars;
+        const std::int64_t acs = t.acs;
+        std::int64_t off = 0;
+        for (std::int64_t p = 0; p < kc; ++p, off += acs) {
+            V bv[nv];
+            for (std::size_t v = 0; v < nv; ++v) bv[v] = hn::Load(d, bp + v * L);
+            for (std::size_t r = 0; r < R; ++r) {
+                const V av = hn::Set(d, rowp[r][off]);
+                for (std::size_t v = 0; v < nv; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
+            }
+            bp += NR;
+        }
+    }
+
+    const V va = hn::Set(d, t.alpha);
+    const V vb = hn::Set(d, t.beta);
+    const bool read_c = t.beta != T(0);
+    for (std::size_t r = 0; r < R; ++r) {
+        T* crow = t.c + static_cast<std::int64_t>(r) * t.crs;
+        for (std::size_t v = 0; v < nv; ++v) {
+            const std::int64_t j0 = static_cast<std::int64_t>(v * L);
+            if (j0 >= t.cols) break;
+            const std::int64_t cnt = std::min<std::int64_t>(static_cast<std::int64_t>(L), t.cols - j0);
+            if (t.ccs == 1 && cnt == static_cast<std::int64_t>(L)) {
+                T* cp = crow + j0;
+                const V out =
+                    read_c ? hn::MulAdd(acc[r][v], va, hn::Mul(hn::LoadU(d, cp), vb)) : hn::Mul(acc[r][v], va);
+                hn::StoreU(out, d, cp);
+            } else {
+                // Partial vector or strided C: through a lane buffer, with the same vector arithmetic
+                // (Highway's MaskedLoad reads the whole vector on SSE4, so it is not used).
+                HWY_ALIGN T buf[L];
+                T* cp = crow + j0 * t.ccs;
+                if (read_c) {
+                    for (std::int64_t l = 0; l < cnt; ++l) buf[l] = cp[l * t.ccs];
+                    for (std::int64_t l = cnt; l < static_cast<std::int64_t>(L); ++l) buf[l] = T(0);
+                }
+                const V out =
+                    read_c ? hn::MulAdd(acc[r][v], va, hn::Mul(hn::Load(d, buf), vb)) : hn::Mul(acc[r][v], va);
+                hn::Store(out, d, buf);
+                for (std::int64_t l = 0; l < cnt; ++l) cp[l * t.ccs] = buf[l];
+            }
+        }
+    }
+}
+
+template <class T>
+using tile_fn = void (*)(const tile_args<T>&);
+
+template <class ASource, class T, std::size_t... R>
+constexpr std::array<tile_fn<T>, sizeof...(R)> make_tile_table(std::index_sequence<R...>) {
+    return {&tile_kernel<R + 1, ASource, T>...};
+}
+
+// tile_table<...>[h - 1] computes an h-row tile.
+template <class ASource, class T>
+inline constexpr std::array<tile_fn<T>, mr_rows> tile_table =
+    make_tile_table<ASource, T>(std::make_index_sequence<mr_rows>{});
+
+// ------------------------------------------------------------------------------------------------
+// Driver
+// ------------------------------------------------------------------------------------------------
+
+template <class T>
+struct problem {
+    std::int64_t m, n, k;
+    const T* a;
+    std::int64_t ars, acs;
+    const T* b;
+    std::int64_t brs, bcs;
+    T* c;
+    std::int64_t crs, ccs;
+    T alpha, beta;
+    const T* pre_a = nullptr;  // prepacked A side (a swapped plan's packed B), all K slices
+    const T* pre_b = nullptr;  // prepacked B side, all K slices
+};
+
+// Offset of K slice `pc` (kc_eff deep) of a prepacked operand whose extent rounds up to `padded`:
+// slices are stored one after another, each `padded x kc_eff`.
+inline std::int64_t prepacked_slice(std::int64_t pc, std::int64_t padded) { return pc * padded; }
+
+template <class T>
+void run_task(const problem<T>& pr, const gemm_plan& plan, std::int64_t task, unsigned char* scratch) {
+    constexpr std::int64_t MR = static_cast<std::int64_t>(mr_rows);
+    constexpr std::int64_t NR = static_cast<std::int64_t>(nr_cols<T>());
+    const std::int64_t tm = task / plan.tasks_n, tn = task % plan.tasks_n;
+    const auto [i_begin, i_end] = gd::task_range(pr.m, MR, plan.tasks_m, tm);
+    const auto [j_begin, j_end] = gd::task_range(pr.n, NR, plan.tasks_n, tn);
+    if (i_begin >= i_end || j_begin >= j_end) return;
+
+    const std::int64_t kc_full = std::min<std::int64_t>(pr.k, plan.kc);
+    const std::int64_t task_rows0 = gd::task_range(pr.m, MR, plan.tasks_m, 0).second;
+    const std::int64_t task_cols0 = gd::task_range(pr.n, NR, plan.tasks_n, 0).second;
+    const std::int64_t mc = std::min<std::int64_t>(plan.mc, gd::round_up(task_rows0, MR));
+    const std::int64_t nc = std::min<std::int64_t>(plan.nc, gd::round_up(task_cols0, NR));
+    const std::size_t a_bytes = plan.small ? 0 : gd::round_up_bytes(static_cast<std::size_t>(mc * kc_full) * sizeof(T));
+    const std::size_t b_bytes = gd::round_up_bytes(static_cast<std::size_t>(nc * kc_full) * sizeof(T));
+    unsigned char* mine = scratch + static_cast<std::size_t>(task) * (a_bytes + b_bytes);
+    T* apack = reinterpret_cast<T*>(mine);
+    T* bpack = reinterpret_cast<T*>(mine + a_bytes);
+
+    const std::int64_t m_pad = gd::round_up(pr.m, MR), n_pad = gd::round_up(pr.n, NR);
+    const bool a_direct = plan.small && pr.pre_a == nullptr;
+    const auto& packed_tiles = tile_table<a_packed, T>;
+    const auto& strided_tiles = tile_table<a_strided, T>;
+
+    tile_args<T> t{};
+    t.crs = pr.crs;
+    t.ccs = pr.ccs;
+    t.alpha = pr.alpha;
+    for (std::int64_t jc = j_begin; jc < j_end; jc += nc) {
+        const std::int64_t nc_eff = std::min(nc, j_end - jc);
+        for (std::int64_t pc = 0; pc < pr.k; pc += plan.kc) {
+            const std::int64_t kc_eff = std::min<std::int64_t>(plan.kc, pr.k - pc);
+            t.kc = kc_eff;
+            t.beta = pc == 0 ? pr.beta : T(1);
+            const T* bp;
+            if (pr.pre_b != nullptr) {
+                bp = pr.pre_b + prepacked_slice(pc, n_pad) + jc * kc_eff;
+            } else {
+                pack_b_panel(pr.b + pc * pr.brs + jc * pr.bcs, pr.brs, pr.bcs, kc_eff, nc_eff, bpack);
+                bp = bpack;
+            }
+            for (std::int64_t ic = i_begin; ic < i_end; ic += mc) {
+                const std::int64_t mc_eff = std::min(mc, i_end - ic);
+                const T* ap = nullptr;
+                if (pr.pre_a != nullptr) {
+                    ap = pr.pre_a + prepacked_slice(pc, m_pad) + ic * kc_eff;
+                } else if (!a_direct) {
+                    pack_a_block(pr.a + ic * pr.ars + pc * pr.acs, pr.ars, pr.acs, mc_eff, kc_eff, apack);
+                    ap = apack;
+                }
+                for (std::int64_t jr = 0; jr < nc_eff; jr += NR) {
+                    t.b = bp + jr * kc_eff;
+                    t.cols = std::min(NR, nc_eff - jr);
+                    for (std::int64_t ir = 0; ir < mc_eff; ir += MR) {
+                        const std::int64_t h = std::min(MR, mc_eff - ir);
+                        t.c = pr.c + (ic + ir) * pr.crs + (jc + jr) * pr.ccs;
+                        if (a_direct) {
+                            t.a = pr.a + (ic + ir) * pr.ars + pc * pr.acs;
+                            t.ars = pr.ars;
+                            t.acs = pr.acs;
+                            strided_tiles[static_cast<std::size_t>(h - 1)](t);
+                        } else {
+                            t.a = ap + ir * kc_eff;
+                            packed_tiles[static_cast<std::size_t>(h - 1)](t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C = beta * C (k == 0): no products, nothing packed.
+template <class T>
+void scale_c(const problem<T>& pr) {
+    for (std::int64_t i = 0; i < pr.m; ++i) {
+        T* row = pr.c + i * pr.crs;
+        for (std::int64_t j = 0; j < pr.n; ++j) {
+            T& c = row[j * pr.ccs];
+            c = pr.beta == T(0) ? T(0) : pr.beta * c;
+        }
+    }
+}
+
+template <class T>
+void gemm_t(const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch, gemm_runner* run) {
+    if (plan.target != HWY_TARGET)
+        throw std::logic_error("tenferro::kernels::gemm: the plan was made for another Highway target");
+    if (op.m <= 0 || op.n <= 0) return;
+    problem<T> pr{};
+    pr.alpha = static_cast<T>(op.alpha);
+    pr.beta = static_cast<T>(op.beta);
+    pr.k = op.k;
+    if (!plan.swapped) {
+        pr.m = op.m;
+        pr.n = op.n;
+        pr.a = static_cast<const T*>(op.a);
+        pr.ars = op.a_row_stride;
+        pr.acs = op.a_col_stride;
+        pr.b = static_cast<const T*>(op.b);
+        pr.brs = op.b_row_stride;
+        pr.bcs = op.b_col_stride;
+        pr.crs = op.c_row_stride;
+        pr.ccs = op.c_col_stride;
+    } else {
+        pr.m = op.n;
+        pr.n = op.m;
+        pr.a = static_cast<const T*>(op.b);
+        pr.ars = op.b_col_stride;
+        pr.acs = op.b_row_stride;
+        pr.b = static_cast<const T*>(op.a);
+        pr.brs = op.a_col_stride;
+        pr.bcs = op.a_row_stride;
+        pr.crs = op.c_col_stride;
+        pr.ccs = op.c_row_stride;
+    }
+    pr.c = static_cast<T*>(op.c);
+    if (op.k <= 0) {
+        scale_c(pr);
+        return;
+    }
+    if (prepacked != nullptr) {
+        const T* packed = static_cast<const T*>(gd::align_up(const_cast<void*>(prepacked)));
+        (plan.swapped ? pr.pre_a : pr.pre_b) = packed;
+    }
+
+    std::unique_ptr<unsigned char[]> owned;
+    if (scratch == nullptr && plan.scratch_bytes > 0) {
+        owned.reset(new unsigned char[plan.scratch_bytes]);
+        scratch = owned.get();
+    }
+    auto* base = static_cast<unsigned char*>(gd::align_up(scratch));
+    const std::int64_t tasks = static_cast<std::int64_t>(plan.tasks_m) * plan.tasks_n;
+    auto body = [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t t = begin; t < end; ++t) run_task(pr, plan, t, base);
+    };
+    if (tasks > 1 && run != nullptr)
+        (*run)(tasks, body);
+    else
+        body(0, tasks);
+}
+
+}  // namespace
+
+gd::blocking BlockingF32() { return target_blocking<float>(); }
+gd::blocking BlockingF64() { return target_blocking<double>(); }
+std::int64_t CurrentTarget() { return HWY_TARGET; }
+
+void GemmF32(const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch, gemm_runner* run) {
+    gemm_t<float>(op, plan, prepacked, scratch, run);
+}
+void GemmF64(const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch, gemm_runner* run) {
+    gemm_t<double>(op, plan, prepacked, scratch, run);
+}
+
+template <class T>
+void pack_b_t(const gemm_plan& plan, const void* bv, std::int64_t brs, std::int64_t bcs, void* packed) {
+    if (plan.target != HWY_TARGET)
+        throw std::logic_error("tenferro::kernels::pack_b: the plan was made for another Highway target");
+    const T* b = static_cast<const T*>(bv);
+    T* dst = static_cast<T*>(gd::align_up(packed));
+    const std::int64_t k = plan.k, n = plan.n;
+    if (k <= 0 || n <= 0) return;
+    if (!plan.swapped) {
+        const std::int64_t n_pad = gd::round_up(n, static_cast<std::int64_t>(nr_cols<T>()));
+        for (std::int64_t pc = 0; pc < k; pc += plan.kc) {
+            const std::int64_t kc_eff = std::min<std::int64_t>(plan.kc, k - pc);
+            pack_b_panel(b + pc * brs, brs, bcs, kc_eff, n, dst + prepacked_slice(pc, n_pad));
+        }
+    } else {
+        // Swapped: B^T is the A side (rows j, columns p).
+        const std::int64_t n_pad = gd::round_up(n, static_cast<std::int64_t>(mr_rows));
+        for (std::int64_t pc = 0; pc < k; pc += plan.kc) {
+            const std::int64_t kc_eff = std::min<std::int64_t>(plan.kc, k - pc);
+            pack_a_block(b + pc * brs, bcs, brs, n, kc_eff, dst + prepacked_slice(pc, n_pad));
+        }
+    }
+}
+
+void PackBF32(const gemm_plan& plan, const void* b, std::int64_t brs, std::int64_t bcs, void* packed) {
+    pack_b_t<float>(plan, b, brs, bcs, packed);
+}
+void PackBF64(const gemm_plan& plan, const void* b, std::int64_t brs, std::int64_t bcs, void* packed) {
+    pack_b_t<double>(plan, b, brs, bcs, packed);
+}
+
+}  // namespace tenferro::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tenferro::kernels {
+
+HWY_EXPORT(BlockingF32);
+HWY_EXPORT(BlockingF64);
+HWY_EXPORT(CurrentTarget);
+HWY_EXPORT(GemmF32);
+HWY_EXPORT(GemmF64);
+HWY_EXPORT(PackBF32);
+HWY_EXPORT(PackBF64);
+
+gemm_plan plan_gemm(gemm_type type, std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    const gemm_detail::blocking b =
+        type == gemm_type::f32 ? HWY_DYNAMIC_DISPATCH(BlockingF32)() : HWY_DYNAMIC_DISPATCH(BlockingF64)();
+    return gemm_detail::make_plan(type, m, n, k, threads, HWY_DYNAMIC_DISPATCH(CurrentTarget)(), b);
+}
+
+namespace {
+void dispatch(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch,
+              gemm_runner* run) {
+    if (type == gemm_type::f32)
+        HWY_DYNAMIC_DISPATCH(GemmF32)(op, plan, prepacked, scratch, run);
+    else
+        HWY_DYNAMIC_DISPATCH(GemmF64)(op, plan, prepacked, scratch, run);
+}
+}  // namespace
+
+void gemm(gemm_type type, const gemm_operands& op, const gemm_plan& plan, void* scratch, gemm_runner run) {
+    dispatch(type, op, plan, nullptr, scratch, &run);
+}
+void gemm(gemm_type type, const gemm_operands& op, const gemm_plan& plan, void* scratch) {
+    dispatch(type, op, plan, nullptr, scratch, nullptr);
+}
+
+std::size_t packed_b_bytes(const gemm_plan& plan) noexcept {
+    if (plan.k <= 0 || plan.n <= 0) return 0;
+    const std::int64_t unit = plan.swapped ? plan.mr : plan.nr;
+    const std::size_t elem = plan.type == gemm_type::f32 ? 4 : 8;
+    return static_cast<std::size_t>(gemm_detail::round_up(plan.n, unit) * plan.k) * elem + gemm_detail::align_bytes;
+}
+
+packed_b_key packed_b_key_of(const gemm_plan& plan) noexcept {
+    packed_b_key key;
+    key.n = plan.n;
+    key.k = plan.k;
+    key.target = plan.target;
+    key.kc = plan.kc;
+    key.nr = plan.nr;
+    key.mr = plan.mr;
+    key.swapped = plan.swapped;
+    key.type = plan.type;
+    return key;
+}
+
+void pack_b(const gemm_plan& plan, const void* b, std::int64_t b_row_stride, std::int64_t b_col_stride, void* packed) {
+    if (plan.type == gemm_type::f32)
+        HWY_DYNAMIC_DISPATCH(PackBF32)(plan, b, b_row_stride, b_col_stride, packed);
+    else
+        HWY_DYNAMIC_DISPATCH(PackBF64)(plan, b, b_row_stride, b_col_stride, packed);
+}
+
+void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed, void* scratch,
+                      gemm_runner run) {
+    dispatch(type, op, plan, packed, scratch, &run);
+}
+void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed,
+                      void* scratch) {
+    dispatch(type, op, plan, packed, scratch, nullptr);
+}
+
+}  // namespace tenferro::kernels
+#endif  // HWY_ONCE
