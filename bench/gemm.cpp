@@ -1,0 +1,262 @@
+// GEMM benchmark: tenferro's kernel (src/kernels/gemm) vs OpenBLAS (cblas_sgemm / cblas_dgemm) and
+// Eigen, side by side in one run (../shared/spec/bench-protocol.md, docs/gemm.md).
+//
+// Square C = A·B, row-major, f32 and f64, n = 256 .. 2048, 1 and 2 threads. Each round times every
+// system once (a batch of calls lasting at least --min-ms) in turn, A B C A B C ...; the figure per
+// system is its best round, so a burst of load from another process on this shared machine costs
+// one round, not one system. Ratios are of GFLOP/s measured in the same run.
+//
+// tenferro runs through its kernel API with a plan made once and scratch allocated once (what the
+// ops layer's cached path does); with 2 threads its tasks run on a tenferro compute_pool (the
+// pool sessions use) plus the calling thread. OpenBLAS gets openblas_set_num_threads(threads).
+// Eigen is single-threaded (no OpenMP) with its cache sizes set (its CPUID probe sees the whole
+// socket in these VMs and picks absurd blocks).
+//
+// Run it through bench/run_gemm, which unsets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for this
+// command only so that OpenBLAS picks its own kernels for this CPU. Flags:
+//   --sizes 256,512,...   --threads 1,2   --types f32,f64   --rounds R (5)   --min-ms M (150)
+//   --json                print one JSON object per measurement as well
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "kernels/gemm.hpp"
+#include "tenferro/detail/compute_pool.hpp"
+
+namespace {
+
+namespace k = tenferro::kernels;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+    std::vector<std::int64_t> sizes{256, 512, 1024, 2048};
+    std::vector<int> threads{1, 2};
+    std::vector<std::string> types{"f32", "f64"};
+    int rounds = 5;
+    double min_ms = 150;
+    bool json = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+        const std::size_t comma = s.find(',', start);
+        const std::size_t end = comma == std::string::npos ? s.size() : comma;
+        if (end > start) out.push_back(s.substr(start, end - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "missing value for %s\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--sizes") {
+            o.sizes.clear();
+            for (const auto& s : split(value())) o.sizes.push_back(std::stoll(s));
+        } else if (a == "--threads") {
+            o.threads.clear();
+            for (const auto& s : split(value())) o.threads.push_back(std::stoi(s));
+        } else if (a == "--types") {
+            o.types = split(value());
+        } else if (a == "--rounds") {
+            o.rounds = std::stoi(value());
+        } else if (a == "--min-ms") {
+            o.min_ms = std::stod(value());
+        } else if (a == "--json") {
+            o.json = true;
+        } else {
+            std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+// Seconds per call: calls f until min_ms have passed (at least once) and returns the mean.
+template <class F>
+double time_batch(F&& f, double min_ms) {
+    int calls = 0;
+    const auto start = clock_type::now();
+    double elapsed = 0;
+    do {
+        f();
+        ++calls;
+        elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+    } while (elapsed * 1e3 < min_ms);
+    return elapsed / calls;
+}
+
+template <class T>
+struct matrices {
+    std::int64_t n;
+    std::vector<T> a, b, c;
+    explicit matrices(std::int64_t size) : n(size) {
+        const std::size_t count = static_cast<std::size_t>(n * n);
+        a.resize(count);
+        b.resize(count);
+        c.assign(count, T(0));
+        std::mt19937 rng(17);
+        std::uniform_real_distribution<double> u(-1.0, 1.0);
+        for (auto& x : a) x = static_cast<T>(u(rng));
+        for (auto& x : b) x = static_cast<T>(u(rng));
+    }
+};
+
+void blas_gemm(std::int64_t n, const float* a, const float* b, float* c) {
+    const int ni = static_cast<int>(n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a, ni, b, ni, 0.0f, c, ni);
+}
+void blas_gemm(std::int64_t n, const double* a, const double* b, double* c) {
+    const int ni = static_cast<int>(n);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0, a, ni, b, ni, 0.0, c, ni);
+}
+
+template <class T>
+void eigen_gemm(std::int64_t n, const T* a, const T* b, T* c) {
+    using mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Eigen::Map<const mat> ma(a, n, n), mb(b, n, n);
+    Eigen::Map<mat> mc(c, n, n);
+    mc.noalias() = ma * mb;
+}
+
+template <class T>
+double max_rel_diff(const std::vector<T>& x, const std::vector<T>& y) {
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
+        scale = std::max(scale, std::abs(static_cast<double>(y[i])));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+struct row {
+    std::string type;
+    std::int64_t n;
+    int threads;
+    double ours, blas, eigen;  // GFLOP/s (eigen: 0 when not run)
+    double diff;
+};
+
+template <class T>
+row bench_one(const char* type, std::int64_t n, int threads, const options& o, tenferro::detail::compute_pool& pool) {
+    matrices<T> m(n);
+    std::vector<T> c_blas(m.c.size()), c_eigen(m.c.size());
+    const k::gemm_type gt = sizeof(T) == 4 ? k::gemm_type::f32 : k::gemm_type::f64;
+    const k::gemm_plan plan = k::plan_gemm(gt, n, n, n, threads);
+    std::vector<unsigned char> scratch(plan.scratch_bytes);
+    const k::gemm_operands op{n, n, n, m.a.data(), n, 1, m.b.data(), n, 1, m.c.data(), n, 1, 1.0, 0.0};
+    auto runner = [&](std::int64_t count, k::gemm_body body) {
+        pool.parallel_for(static_cast<std::size_t>(threads), count, 1, body);
+    };
+    auto ours = [&] { k::gemm(gt, op, plan, scratch.data(), runner); };
+    auto blas = [&] { blas_gemm(n, m.a.data(), m.b.data(), c_blas.data()); };
+    auto eigen = [&] { eigen_gemm<T>(n, m.a.data(), m.b.data(), c_eigen.data()); };
+    const bool run_eigen = threads == 1;
+
+    openblas_set_num_threads(threads);
+    // OpenBLAS's threads busy-wait for a while after a call; let them park before timing others.
+    auto settle = [&] {
+        if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    };
+    ours();
+    blas();
+    if (run_eigen) eigen();
+    settle();
+    double best_ours = 1e30, best_blas = 1e30, best_eigen = 1e30;
+    for (int r = 0; r < o.rounds; ++r) {
+        best_ours = std::min(best_ours, time_batch(ours, o.min_ms));
+        best_blas = std::min(best_blas, time_batch(blas, o.min_ms));
+        settle();
+        if (run_eigen) best_eigen = std::min(best_eigen, time_batch(eigen, o.min_ms));
+    }
+    const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    row out{type,
+            n,
+            threads,
+            flops / best_ours * 1e-9,
+            flops / best_blas * 1e-9,
+            run_eigen ? flops / best_eigen * 1e-9 : 0.0,
+            max_rel_diff(m.c, c_blas)};
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const options o = parse(argc, argv);
+    // L1d 48 KiB / L2 1 MiB / L3 32 MiB (the numbers; any sane values avoid the collapse
+    // that the VM's CPUID-reported 508 MiB L3 causes).
+    Eigen::setCpuCacheSizes(48 * 1024, 1024 * 1024, 32 * 1024 * 1024);
+    std::printf("# openblas: %s\n", openblas_get_config());
+    std::printf("# OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s\n",
+                std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",
+                std::getenv("OPENBLAS_L2_SIZE") ? std::getenv("OPENBLAS_L2_SIZE") : "(unset)");
+    {
+        const auto p32 = k::plan_gemm(k::gemm_type::f32, 1024, 1024, 1024, 2);
+        const auto p64 = k::plan_gemm(k::gemm_type::f64, 1024, 1024, 1024, 2);
+        std::printf("# tenferro: f32 mr x nr = %d x %d, kc %d mc %d nc %d; f64 %d x %d, kc %d mc %d nc %d\n", p32.mr,
+                    p32.nr, p32.kc, p32.mc, p32.nc, p64.mr, p64.nr, p64.kc, p64.mc, p64.nc);
+    }
+    int max_threads = 1;
+    for (int t : o.threads) max_threads = std::max(max_threads, t);
+    tenferro::detail::compute_pool pool(static_cast<std::size_t>(max_threads > 1 ? max_threads - 1 : 1),
+                                        std::span<const unsigned>{});
+
+    std::printf("%-4s %5s %3s %10s %10s %10s %9s %9s %9s %9s\n", "type", "n", "thr", "tenferro", "openblas", "eigen",
+                "/openblas", "/eigen", "/own-1thr", "max-diff");
+    std::vector<row> rows;
+    for (const auto& type : o.types) {
+        for (const std::int64_t n : o.sizes) {
+            double own1 = 0;
+            for (const int t : o.threads) {
+                const row r =
+                    type == "f32" ? bench_one<float>("f32", n, t, o, pool) : bench_one<double>("f64", n, t, o, pool);
+                if (t == 1) own1 = r.ours;
+                char eig[32] = "-", reig[32] = "-", rown[32] = "-";
+                if (r.eigen > 0) {
+                    std::snprintf(eig, sizeof eig, "%.1f", r.eigen);
+                    std::snprintf(reig, sizeof reig, "%.2f", r.ours / r.eigen);
+                }
+                if (t > 1 && own1 > 0) std::snprintf(rown, sizeof rown, "%.2f", r.ours / own1);
+                std::printf("%-4s %5lld %3d %10.1f %10.1f %10s %9.2f %9s %9s %9.1e\n", r.type.c_str(),
+                            static_cast<long long>(r.n), r.threads, r.ours, r.blas, eig, r.ours / r.blas, reig, rown,
+                            r.diff);
+                if (o.json)
+                    std::printf(
+                        "{\"bench\":\"gemm\",\"type\":\"%s\",\"n\":%lld,\"threads\":%d,\"tenferro_gflops\":%.2f,"
+                        "\"openblas_gflops\":%.2f,\"eigen_gflops\":%.2f,\"vs_openblas\":%.3f,\"vs_eigen\":%.3f,"
+                        "\"vs_own_1thread\":%.3f}\n",
+                        r.type.c_str(), static_cast<long long>(r.n), r.threads, r.ours, r.blas, r.eigen,
+                        r.ours / r.blas, r.eigen > 0 ? r.ours / r.eigen : 0.0, t > 1 && own1 > 0 ? r.ours / own1 : 0.0);
+                std::fflush(stdout);
+                rows.push_back(r);
+            }
+        }
+    }
+    return 0;
+}
