@@ -16,8 +16,12 @@
 // command only so that OpenBLAS picks its own kernels for this CPU. Flags:
 //   --sizes 256,512,...   --threads 1,2   --types f32,f64   --rounds R (5)   --min-ms M (150)
 //   --json                print one JSON object per measurement as well
+//   --small-sizes 8,16,..  the small-shape section (per-call ns); an empty list skips it
+//   --cpu-clock           1-thread figures from process CPU time instead of wall time (a loaded
+//                         machine: time spent waiting for a core is not counted)
 
 #include <cblas.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +53,8 @@ struct options {
     int rounds = 5;
     double min_ms = 150;
     bool json = false;
+    bool cpu_clock = false;
+    std::vector<std::int64_t> small_sizes{8, 16, 32, 64};
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -87,6 +93,11 @@ options parse(int argc, char** argv) {
             o.rounds = std::stoi(value());
         } else if (a == "--min-ms") {
             o.min_ms = std::stod(value());
+        } else if (a == "--small-sizes") {
+            o.small_sizes.clear();
+            for (const auto& s : split(value())) o.small_sizes.push_back(std::stoll(s));
+        } else if (a == "--cpu-clock") {
+            o.cpu_clock = true;
         } else if (a == "--json") {
             o.json = true;
         } else {
@@ -97,17 +108,27 @@ options parse(int argc, char** argv) {
     return o;
 }
 
-// Seconds per call: calls f until min_ms have passed (at least once) and returns the mean.
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Seconds per call: calls f until min_ms have passed (at least once) and returns the mean. With
+// `cpu`, the seconds are the process's CPU time (single-threaded runs only): on a loaded machine
+// that excludes the time the thread waited for a core.
 template <class F>
-double time_batch(F&& f, double min_ms) {
+double time_batch(F&& f, double min_ms, bool cpu) {
     int calls = 0;
     const auto start = clock_type::now();
+    const double cpu_start = process_cpu_seconds();
     double elapsed = 0;
     do {
         f();
         ++calls;
         elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
     } while (elapsed * 1e3 < min_ms);
+    if (cpu) elapsed = process_cpu_seconds() - cpu_start;
     return elapsed / calls;
 }
 
@@ -187,12 +208,13 @@ row bench_one(const char* type, std::int64_t n, int threads, const options& o, t
     blas();
     if (run_eigen) eigen();
     settle();
+    const bool cpu = o.cpu_clock && threads == 1;
     double best_ours = 1e30, best_blas = 1e30, best_eigen = 1e30;
     for (int r = 0; r < o.rounds; ++r) {
-        best_ours = std::min(best_ours, time_batch(ours, o.min_ms));
-        best_blas = std::min(best_blas, time_batch(blas, o.min_ms));
+        best_ours = std::min(best_ours, time_batch(ours, o.min_ms, cpu));
+        best_blas = std::min(best_blas, time_batch(blas, o.min_ms, cpu));
         settle();
-        if (run_eigen) best_eigen = std::min(best_eigen, time_batch(eigen, o.min_ms));
+        if (run_eigen) best_eigen = std::min(best_eigen, time_batch(eigen, o.min_ms, cpu));
     }
     const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     row out{type,
@@ -203,6 +225,42 @@ row bench_one(const char* type, std::int64_t n, int threads, const options& o, t
             run_eigen ? flops / best_eigen * 1e-9 : 0.0,
             max_rel_diff(m.c, c_blas)};
     return out;
+}
+
+// Small square shapes, one thread: the per-call cost of the kernel API (plan and scratch made
+// once, as the cached ops path does) vs cblas called directly and Eigen.
+template <class T>
+void bench_small(const char* type, std::int64_t n, const options& o) {
+    matrices<T> m(n);
+    std::vector<T> c_blas(m.c.size()), c_eigen(m.c.size());
+    const k::gemm_type gt = sizeof(T) == 4 ? k::gemm_type::f32 : k::gemm_type::f64;
+    const k::gemm_plan plan = k::plan_gemm(gt, n, n, n, 1);
+    std::vector<unsigned char> scratch(plan.scratch_bytes);
+    const k::gemm_operands op{n, n, n, m.a.data(), n, 1, m.b.data(), n, 1, m.c.data(), n, 1, 1.0, 0.0};
+    auto ours = [&] { k::gemm(gt, op, plan, scratch.data()); };
+    auto plan_and_run = [&] {
+        const k::gemm_plan p = k::plan_gemm(gt, n, n, n, 1);
+        k::gemm(gt, op, p, scratch.data());
+    };
+    auto blas = [&] { blas_gemm(n, m.a.data(), m.b.data(), c_blas.data()); };
+    auto eigen = [&] { eigen_gemm<T>(n, m.a.data(), m.b.data(), c_eigen.data()); };
+    openblas_set_num_threads(1);
+    double t_ours = 1e30, t_plan = 1e30, t_blas = 1e30, t_eigen = 1e30;
+    const double ms = std::min(o.min_ms, 50.0);
+    for (int r = 0; r < o.rounds; ++r) {
+        t_ours = std::min(t_ours, time_batch(ours, ms, o.cpu_clock));
+        t_plan = std::min(t_plan, time_batch(plan_and_run, ms, o.cpu_clock));
+        t_blas = std::min(t_blas, time_batch(blas, ms, o.cpu_clock));
+        t_eigen = std::min(t_eigen, time_batch(eigen, ms, o.cpu_clock));
+    }
+    std::printf("%-4s %5lld %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f   small=%d\n", type, static_cast<long long>(n),
+                t_ours * 1e9, t_plan * 1e9, t_blas * 1e9, t_eigen * 1e9, t_blas / t_ours, t_eigen / t_ours, plan.small);
+    if (o.json)
+        std::printf(
+            "{\"bench\":\"gemm_small\",\"type\":\"%s\",\"n\":%lld,\"tenferro_ns\":%.1f,\"tenferro_plan_ns\":%.1f,"
+            "\"openblas_ns\":%.1f,\"eigen_ns\":%.1f}\n",
+            type, static_cast<long long>(n), t_ours * 1e9, t_plan * 1e9, t_blas * 1e9, t_eigen * 1e9);
+    std::fflush(stdout);
 }
 
 }  // namespace
@@ -227,6 +285,20 @@ int main(int argc, char** argv) {
     tenferro::detail::compute_pool pool(static_cast<std::size_t>(max_threads > 1 ? max_threads - 1 : 1),
                                         std::span<const unsigned>{});
 
+    if (!o.small_sizes.empty()) {
+        std::printf("# small shapes, 1 thread, ns per call (kernel API; '+plan' makes the plan each call)\n");
+        std::printf("%-4s %5s %10s %10s %10s %10s %9s %9s\n", "type", "n", "tenferro", "+plan", "openblas", "eigen",
+                    "blas/ours", "eigen/ours");
+        for (const auto& type : o.types)
+            for (const std::int64_t n : o.small_sizes) {
+                if (type == "f32")
+                    bench_small<float>("f32", n, o);
+                else
+                    bench_small<double>("f64", n, o);
+            }
+    }
+    if (o.sizes.empty()) return 0;
+    std::printf("# square GEMM, GFLOP/s\n");
     std::printf("%-4s %5s %3s %10s %10s %10s %9s %9s %9s %9s\n", "type", "n", "thr", "tenferro", "openblas", "eigen",
                 "/openblas", "/eigen", "/own-1thr", "max-diff");
     std::vector<row> rows;

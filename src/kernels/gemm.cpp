@@ -26,6 +26,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/gemm.cpp"
+#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -88,20 +89,26 @@ inline gemm_plan make_plan(gemm_type type, std::int64_t m, std::int64_t n, std::
     if (k <= 0) return p;
     p.small = k <= b.kc && (mm * nn * k <= small_max_fmas || mm <= 2 * b.mr);
 
-    // Split C into independent rectangles, never K. Minimise the largest task (in whole tiles),
-    // then the rows + columns a task packs.
+    // Split C into independent rectangles, never K, minimising the time of the largest task in
+    // rough cycles: its micro-kernel work (rows x cols x k / nr: two FMAs of nr / 2 lanes per
+    // cycle) plus its packing (A: a scalar gather, once per nc columns; B: mostly a vector copy).
+    // Splitting M repacks B in every task, splitting N repacks A: the model prefers M.
     const std::int64_t mtiles = ceil_div(mm, b.mr), ntiles = ceil_div(nn, b.nr);
     std::int64_t max_tasks = threads < 1 ? 1 : threads;
     if (mm * nn * k < parallel_min_fmas) max_tasks = 1;
-    std::int64_t best_tm = 1, best_tn = 1, best_area = std::numeric_limits<std::int64_t>::max(),
-                 best_edge = std::numeric_limits<std::int64_t>::max();
+    std::int64_t best_tm = 1, best_tn = 1;
+    double best_cost = std::numeric_limits<double>::max();
     for (std::int64_t tm = 1; tm <= max_tasks && tm <= mtiles; ++tm) {
         for (std::int64_t tn = 1; tm * tn <= max_tasks && tn <= ntiles; ++tn) {
-            const std::int64_t rows = ceil_div(mtiles, tm) * b.mr, cols = ceil_div(ntiles, tn) * b.nr;
-            const std::int64_t area = rows * cols, edge = rows + cols;
-            if (area < best_area || (area == best_area && edge < best_edge)) {
-                best_area = area;
-                best_edge = edge;
+            const double rows = static_cast<double>(ceil_div(mtiles, tm) * b.mr);
+            const std::int64_t cols_i = ceil_div(ntiles, tn) * b.nr;
+            const double cols = static_cast<double>(cols_i), kd = static_cast<double>(k);
+            const double compute = rows * cols * kd / b.nr;
+            const double pack_a = p.small ? 0.0 : rows * kd * static_cast<double>(ceil_div(cols_i, b.nc));
+            const double pack_b = 0.5 * cols * kd;
+            const double cost = compute + pack_a + pack_b;
+            if (cost < best_cost * (1 - 1e-9)) {
+                best_cost = cost;
                 best_tm = tm;
                 best_tn = tn;
             }
@@ -164,21 +171,25 @@ constexpr std::size_t nr_cols() {
     return nv * lanes<T>();
 }
 
-// Cache blocks (docs/gemm.md): the B micro-panel kc x nr in L1 (32-48 KiB: kept at <= half of 32
-// KiB with the A micro-panel streaming past it), the A block mc x kc in L2 (512 KiB - 2 MiB: kept
-// near 1/4 of 512 KiB), the B panel kc x nc in L3. Fixed numbers, not CPUID's (which reports the
-// whole socket's L3 in these VMs).
+// Cache blocks (docs/gemm.md). Fixed numbers, not CPUID's (which reports the whole socket's L3 in
+// these VMs), sized for the smallest caches of the x86 cores this runs on: L1d 32-48 KiB, L2
+// 512 KiB (Zen 2/3) to 2 MiB (Sapphire Rapids).
+//  * kc: the B micro-panel kc x nr stays in L1 while A micro-panels stream past it: 16 KiB on
+//    16-register targets (AVX2: kc = 256), 24 KiB with 32 registers (AVX-512, nr = 32 floats:
+//    kc = 192).
+//  * mc: the packed A block mc x kc stays in L2: ~192 KiB (AVX2 f32: 192 rows, f64: 96), a
+//    multiple of mr. Measured on Zen 3 (512 KiB L2): 126..378 rows are within noise of each other,
+//    less than ~100 KiB loses a few per cent (the B panel is re-read from L3 per A block).
+//  * nc: the packed B panel kc x nc, ~2 MiB, in L3.
 template <class T>
 gd::blocking target_blocking() {
     constexpr std::int32_t mr = static_cast<std::int32_t>(mr_rows);
     constexpr std::int32_t nr = static_cast<std::int32_t>(nr_cols<T>());
-    // kc * nr * sizeof(T) <= 16 KiB (AVX2: 256 x 16 floats; AVX-512: 128 x 32 floats).
-    constexpr std::int32_t kc_raw = static_cast<std::int32_t>(16384 / (nr * sizeof(T)));
+    constexpr std::int32_t l1_budget = regs32 ? 24576 : 16384;
+    constexpr std::int32_t kc_raw = static_cast<std::int32_t>(l1_budget / (nr * sizeof(T)));
     constexpr std::int32_t kc = kc_raw < 64 ? 64 : (kc_raw > 512 ? 512 : kc_raw);
-    // mc * kc * sizeof(T) ~ 128 KiB, a multiple of mr.
-    constexpr std::int32_t mc_raw = static_cast<std::int32_t>(131072 / (kc * sizeof(T)));
+    constexpr std::int32_t mc_raw = static_cast<std::int32_t>(196608 / (kc * sizeof(T)));
     constexpr std::int32_t mc = (mc_raw / mr < 1 ? 1 : mc_raw / mr) * mr;
-    // kc * nc * sizeof(T) ~ 2 MiB, a multiple of nr.
     constexpr std::int32_t nc_raw = static_cast<std::int32_t>((2 << 20) / (kc * sizeof(T)));
     constexpr std::int32_t nc = (nc_raw / nr < 1 ? 1 : nc_raw / nr) * nr;
     return {mr, nr, kc, mc, nc};
@@ -293,10 +304,19 @@ HWY_NOINLINE void tile_kernel(const tile_args<T>& t) {
     for (std::size_t r = 0; r < R; ++r)
         for (std::size_t v = 0; v < nv; ++v) acc[r][v] = hn::Zero(d);
 
+    // C is read (beta != 0, or every K slice after the first) after kc steps: start fetching it
+    // now, or the store stalls on a miss per row.
+    for (std::size_t r = 0; r < R; ++r) {
+        const T* crow = t.c + static_cast<std::int64_t>(r) * t.crs;
+        hwy::Prefetch(crow);
+        hwy::Prefetch(crow + (t.cols - 1) * t.ccs);
+    }
+
     const T* HWY_RESTRICT bp = t.b;
     const std::int64_t kc = t.kc;
     if constexpr (std::is_same_v<ASource, a_packed>) {
         const T* HWY_RESTRICT ap = t.a;
+#pragma GCC unroll 4
         for (std::int64_t p = 0; p < kc; ++p) {
             V bv[nv];
             for (std::size_t v = 0; v < nv; ++v) bv[v] = hn::Load(d, bp + v * L);
