@@ -1,5 +1,5 @@
 // Per-target building blocks of the reductions, shared by the reduction and
-// row-wise kernel families: leaf reducers (four vector accumulators), the
+// row-wise kernel families: leaf reducers (vector accumulators: eight for sums and dots, four otherwise), the
 // lane-wise combination, and the pairwise reduction of a strided loop (see
 // reduce.hpp for the order). Include after hwy/highway.h inside a
 // foreach_target translation unit.
@@ -47,17 +47,23 @@ HWY_INLINE V combine_v(D, reduce_op op, V a, V b) {
     return hn::IfThenElse(hn::Or(hn::Le(a, b), hn::IsNaN(a)), a, b);
 }
 
-// Sum of p[0..m) with four vector accumulators.
+// Sum of p[0..m) with eight vector accumulators: two vector adds per cycle at three or four cycles of
+// latency need six to eight independent chains, or an L1-resident sum is latency-bound.
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE T leaf_sum(D d, const T* p, std::int64_t m) {
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));
     auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    auto a4 = hn::Zero(d), a5 = hn::Zero(d), a6 = hn::Zero(d), a7 = hn::Zero(d);
     std::int64_t i = 0;
-    for (; i + 4 * N <= m; i += 4 * N) {
+    for (; i + 8 * N <= m; i += 8 * N) {
         a0 = hn::Add(a0, hn::LoadU(d, p + i));
         a1 = hn::Add(a1, hn::LoadU(d, p + i + N));
         a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * N));
         a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * N));
+        a4 = hn::Add(a4, hn::LoadU(d, p + i + 4 * N));
+        a5 = hn::Add(a5, hn::LoadU(d, p + i + 5 * N));
+        a6 = hn::Add(a6, hn::LoadU(d, p + i + 6 * N));
+        a7 = hn::Add(a7, hn::LoadU(d, p + i + 7 * N));
     }
     for (; i + N <= m; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + i));
     if (i < m) {
@@ -65,20 +71,28 @@ HWY_INLINE T leaf_sum(D d, const T* p, std::int64_t m) {
         std::copy(p + i, p + m, t);
         a1 = hn::Add(a1, hn::Load(d, t));
     }
-    return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    const auto lo = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+    const auto hi = hn::Add(hn::Add(a4, a5), hn::Add(a6, a7));
+    return hn::GetLane(hn::SumOfLanes(d, hn::Add(lo, hi)));
 }
 
-// Sum of a[i] * b[i] with four vector accumulators.
+// Sum of a[i] * b[i] with eight vector accumulators, in the order of leaf_sum (one fused multiply-add
+// per element where the target has FMA).
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE T leaf_dot(D d, const T* a, const T* b, std::int64_t m) {
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));
     auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    auto a4 = hn::Zero(d), a5 = hn::Zero(d), a6 = hn::Zero(d), a7 = hn::Zero(d);
     std::int64_t i = 0;
-    for (; i + 4 * N <= m; i += 4 * N) {
+    for (; i + 8 * N <= m; i += 8 * N) {
         a0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), a0);
         a1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), a1);
         a2 = hn::MulAdd(hn::LoadU(d, a + i + 2 * N), hn::LoadU(d, b + i + 2 * N), a2);
         a3 = hn::MulAdd(hn::LoadU(d, a + i + 3 * N), hn::LoadU(d, b + i + 3 * N), a3);
+        a4 = hn::MulAdd(hn::LoadU(d, a + i + 4 * N), hn::LoadU(d, b + i + 4 * N), a4);
+        a5 = hn::MulAdd(hn::LoadU(d, a + i + 5 * N), hn::LoadU(d, b + i + 5 * N), a5);
+        a6 = hn::MulAdd(hn::LoadU(d, a + i + 6 * N), hn::LoadU(d, b + i + 6 * N), a6);
+        a7 = hn::MulAdd(hn::LoadU(d, a + i + 7 * N), hn::LoadU(d, b + i + 7 * N), a7);
     }
     for (; i + N <= m; i += N) a0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), a0);
     if (i < m) {
@@ -88,7 +102,9 @@ HWY_INLINE T leaf_dot(D d, const T* a, const T* b, std::int64_t m) {
         std::copy(b + i, b + m, tb);
         a1 = hn::MulAdd(hn::Load(d, ta), hn::Load(d, tb), a1);
     }
-    return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    const auto lo = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+    const auto hi = hn::Add(hn::Add(a4, a5), hn::Add(a6, a7));
+    return hn::GetLane(hn::SumOfLanes(d, hn::Add(lo, hi)));
 }
 
 // Product, max or min of p[0..m) (m >= 1) with four vector accumulators.
@@ -155,9 +171,11 @@ HWY_INLINE T reduce_t(reduce_op op, const nd_loop<1>& loop, const T* x, std::int
     const hn::ScalableTag<T> d;
     pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{op});
     HWY_ALIGN T buf[reduce_leaf];
+    // A dense 1-D loop (the common case): position p is element p, no cursor per leaf.
+    const bool dense = loop.rank == 1 && loop.inner_stride(0) == 1;
     for (std::int64_t p = begin; p < end; p += reduce_leaf) {
         const std::int64_t m = std::min(reduce_leaf, end - p);
-        const T* src = leaf_data(loop, x, p, m, buf);
+        const T* src = dense ? x + p : leaf_data(loop, x, p, m, buf);
         stack.push(op == reduce_op::sum ? leaf_sum(d, src, m) : leaf_other(d, op, src, m), 0);
     }
     return stack.finish(reduce_identity<T>(op));

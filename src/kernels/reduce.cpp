@@ -25,8 +25,14 @@ HWY_INLINE T dot_t(const nd_loop<2>& loop, const T* a, const T* b, std::int64_t 
     pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});
     HWY_ALIGN T ba[reduce_leaf];
     HWY_ALIGN T bb[reduce_leaf];
+    // Both operands dense along a 1-D loop (the common case): position p is element p of each.
+    const bool dense = loop.rank == 1 && loop.inner_stride(0) == 1 && loop.inner_stride(1) == 1;
     for (std::int64_t p = begin; p < end; p += reduce_leaf) {
         const std::int64_t m = std::min(reduce_leaf, end - p);
+        if (dense) {
+            stack.push(leaf_dot(d, a + p, b + p, m), 0);
+            continue;
+        }
         run_cursor<2> cursor(loop, p, p + m);
         std::int64_t off[2];
         std::int64_t n;

@@ -5,8 +5,9 @@
 // Summation order (also used for prod, and for dot's products):
 //  * positions are cut into *leaves* of `reduce_leaf` consecutive positions,
 //    aligned at multiples of `reduce_leaf` from position 0;
-//  * a leaf is reduced with four vector accumulators (4 x lanes interleaved
-//    partial sums), then those are added pairwise and across lanes;
+//  * a leaf is reduced with eight vector accumulators for sums and dots (8 x
+//    lanes interleaved partial sums; four for prod / max / min), then those
+//    are added pairwise and across lanes;
 //  * leaves are combined pairwise (binary counter, kernels/pairwise.hpp).
 // Callers that split a long reduction into chunks of `reduce_chunk` positions
 // combine the chunk partials with a pairwise_stack too (full chunks at level
