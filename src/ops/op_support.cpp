@@ -1,7 +1,9 @@
 #include "ops/op_support.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 namespace tenferro::detail::ops {
 
@@ -76,21 +78,50 @@ std::uint32_t axes_mask(std::string_view op, std::span<const std::int64_t> axes,
 
 void check_out(std::string_view op, std::string_view out_name, const tensor_view& out, dtype type,
                std::span<const std::int64_t> shape) {
-    const std::string name(out_name);
+    // The name becomes a std::string only on the failure paths: this runs on every `_into` call.
     if (out.type() != type)
-        fail(op, name + " has dtype " + std::string(to_string(out.type())) + ", but the result has dtype " +
-                     std::string(to_string(type)));
+        fail(op, std::string(out_name) + " has dtype " + std::string(to_string(out.type())) +
+                     ", but the result has dtype " + std::string(to_string(type)));
     if (!std::ranges::equal(out.shape(), shape))
-        fail(op, name + " has shape " + str(out.shape()) + ", but the result has shape " + str(shape));
+        fail(op, std::string(out_name) + " has shape " + str(out.shape()) + ", but the result has shape " + str(shape));
     for (std::size_t i = 0; i < out.rank(); ++i)
         if (out.strides()[i] == 0 && out.shape()[i] > 1)
-            fail(op, name + " has stride 0 on axis " + std::to_string(i) + " of shape " + str(out.shape()) +
-                         " (a broadcast view); an output must not alias its own elements");
+            fail(op, std::string(out_name) + " has stride 0 on axis " + std::to_string(i) + " of shape " +
+                         str(out.shape()) + " (a broadcast view); an output must not alias its own elements");
 }
+
+namespace {
+
+// [first byte, one past the last byte] of a non-empty view, as `overlaps` computes it; read straight
+// from the view, since every `_into` call checks each input and converting a tensor_view to a
+// const_tensor_view (and passing both by value) copies their whole layouts.
+template <class View>
+std::pair<std::uintptr_t, std::uintptr_t> byte_range(const View& v) noexcept {
+    std::int64_t lo = 0;
+    std::int64_t hi = 0;
+    for (std::size_t i = 0; i < v.rank(); ++i) {
+        const std::int64_t reach = (v.shape()[i] - 1) * v.strides()[i];
+        (reach < 0 ? lo : hi) += reach;
+    }
+    const auto item = static_cast<std::int64_t>(v.itemsize());
+    const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+    return {base + static_cast<std::uintptr_t>(lo * item), base + static_cast<std::uintptr_t>(hi * item + item)};
+}
+
+template <class View>
+bool is_empty(const View& v) noexcept {
+    return std::ranges::any_of(v.shape(), [](std::int64_t e) { return e == 0; });
+}
+
+}  // namespace
 
 void check_no_overlap(std::string_view op, std::string_view out_name, const tensor_view& out,
                       std::string_view input_name, const const_tensor_view& input) {
-    if (overlaps(out, input))
+    // Same test as tenferro::overlaps (tensor.cpp), without copying the views.
+    if (is_empty(out) || is_empty(input)) return;
+    const auto [out_first, out_last] = byte_range(out);
+    const auto [in_first, in_last] = byte_range(input);
+    if (out_first < in_last && in_first < out_last)
         fail(op, std::string(out_name) + " (shape " + str(out.shape()) + ") overlaps operand " +
                      std::string(input_name) + " (shape " + str(input.shape()) +
                      "); an output must not share memory with an input");
@@ -145,7 +176,14 @@ nd_loop<1> make_memory_order_loop(std::span<const std::int64_t> shape, std::span
         }
         axes[n++] = {shape[d], s};
     }
-    std::stable_sort(axes, axes + n, [](const axis& a, const axis& b) { return a.stride > b.stride; });
+    // Stable insertion sort by decreasing stride: at most eight axes, and unlike std::stable_sort it
+    // takes no temporary buffer from the heap (a reduction must not malloc per call).
+    for (std::size_t i = 1; i < n; ++i) {
+        const axis a = axes[i];
+        std::size_t j = i;
+        for (; j > 0 && axes[j - 1].stride < a.stride; --j) axes[j] = axes[j - 1];
+        axes[j] = a;
+    }
     extents sh(n, 0), st(n, 0);
     for (std::size_t i = 0; i < n; ++i) {
         sh[i] = axes[i].extent;
