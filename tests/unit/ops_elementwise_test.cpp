@@ -489,6 +489,50 @@ TEST_CASE("elementwise results are bitwise identical at parallelism 1 and 2", "[
     }
 }
 
+TEST_CASE("every binary and unary op, both forms, is bitwise identical at parallelism 1 and 2 on every target",
+          "[elementwise]") {
+    cpu_backend cpu(two_permits());
+    // Above the parallel threshold for every op, with a ragged last chunk.
+    const std::int64_t n = 3 * 65537;
+    const auto av = random_values(static_cast<std::size_t>(n), 0.01, 20, 51);  // positive: log, sqrt, rsqrt
+    const auto bv = random_values(static_cast<std::size_t>(n), -20, 20, 52);
+    for_each_target([&](const std::string& target) {
+        for (const dtype t : {dtype::f32, dtype::f64}) {
+            const laid_out a = lay_out(t, av, {n}, layout::contiguous);
+            const laid_out b = lay_out(t, nonzero(bv), {n}, layout::reversed);
+            auto run = [&](std::size_t permits) {
+                return in_session(cpu, permits, [&](backend_session& s) {
+                    std::vector<tensor> r;
+                    for (const auto& c : binary_cases) {
+                        r.push_back((s.*c.fn)(a.view, b.view));
+                        tensor out = tensor::empty(t, {n});
+                        (s.*c.into)(b.view, a.view, out);
+                        r.push_back(std::move(out));
+                    }
+                    for (const auto& c : unary_cases) {
+                        r.push_back((s.*c.fn)(a.view));
+                        tensor out = tensor::empty(t, {n});
+                        (s.*c.into)(b.view, out);
+                        r.push_back(std::move(out));
+                    }
+                    tensor out = tensor::empty(t, {n});
+                    s.axpby_into(0.75, a.view, -1.25, b.view, out);
+                    r.push_back(std::move(out));
+                    r.push_back(s.scale(b.view, 3.5));
+                    return r;
+                });
+            };
+            const auto r1 = run(1), r2 = run(2);
+            REQUIRE(r1.size() == r2.size());
+            std::size_t differing = 0;
+            for (std::size_t i = 0; i < r1.size(); ++i)
+                if (!bitwise_equal(r1[i], r2[i])) ++differing;
+            INFO(target << " " << to_string(t));
+            CHECK(differing == 0);
+        }
+    });
+}
+
 TEST_CASE("elementwise ops reject bad arguments with messages naming op, operand and shapes", "[elementwise]") {
     cpu_backend cpu(two_permits());
     tensor f23 = tensor::zeros(dtype::f32, {2, 3});

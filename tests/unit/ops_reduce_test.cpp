@@ -221,6 +221,8 @@ TEST_CASE("reductions are bitwise identical at parallelism 1 and 2 and independe
                 r.push_back(s.reduce_sum(x.view));
                 r.push_back(s.reduce_prod(x.view));
                 r.push_back(s.reduce_max(xr.view));
+                r.push_back(s.reduce_min(x.view));
+                r.push_back(s.reduce_sum(xr.view));
                 r.push_back(s.vdot(x.view, xr.view));
                 r.push_back(s.norm_squared(x.view));
                 r.push_back(s.reduce_sum(m.view, {0}));
