@@ -133,8 +133,8 @@ HWY_INLINE void top_buffered(const T* p, std::int64_t n, std::int64_t k, std::in
 // 4N*m + a*N + j) are 4N distinct elements, so the k-th largest of them, t0, is
 // at most the row's k-th largest value, and every element of the top k is
 // >= t0. One vector pass finds t0, a second collects the candidates >= t0 (for
-// most inputs about k of them, ascending rows included), and a partial sort of
-// the candidates in the top-k order finishes. Returns false (nothing done)
+// most inputs about k of them, ascending rows included), and an insertion of the
+// candidates into a sorted list of k finishes. Returns false (nothing done)
 // when the row holds a NaN or k or n do not suit the target's vector width.
 template <class T>
 HWY_INLINE bool top_by_threshold(const T* p, std::int64_t n, std::int64_t k, T* vals, std::int64_t* ids) {
@@ -163,20 +163,56 @@ HWY_INLINE bool top_by_threshold(const T* p, std::int64_t n, std::int64_t k, T* 
     hn::Store(a1, d, maxima + N);
     hn::Store(a2, d, maxima + 2 * N);
     hn::Store(a3, d, maxima + 3 * N);
-    std::nth_element(maxima, maxima + (k - 1), maxima + 4 * N, [](T a, T b) { return a > b; });
-    const T t0 = maxima[k - 1];
+    // t0, the k-th largest of the 4N maxima: the value v with #(> v) < k <= #(>= v), found by counting
+    // with vector compares (std::nth_element's data-dependent branches cost more on a 256-element row).
+    T t0 = maxima[0];
+    for (std::int64_t m = 0; m < 4 * N; ++m) {
+        const auto vm = hn::Set(d, maxima[m]);
+        const auto greater =
+            static_cast<std::int64_t>(hn::CountTrue(d, hn::Gt(a0, vm)) + hn::CountTrue(d, hn::Gt(a1, vm)) +
+                                      hn::CountTrue(d, hn::Gt(a2, vm)) + hn::CountTrue(d, hn::Gt(a3, vm)));
+        if (greater >= k) continue;
+        const auto at_least =
+            static_cast<std::int64_t>(hn::CountTrue(d, hn::Ge(a0, vm)) + hn::CountTrue(d, hn::Ge(a1, vm)) +
+                                      hn::CountTrue(d, hn::Ge(a2, vm)) + hn::CountTrue(d, hn::Ge(a3, vm)));
+        if (at_least >= k) {
+            t0 = maxima[m];
+            break;
+        }
+    }
     const auto vt = hn::Set(d, t0);
     std::int64_t count = 0;
+    // Most vectors of a short row hold a candidate: walk the set bits of the compare mask rather than
+    // comparing every lane again in scalar code. Candidates stay in index order.
+    static_assert(max_lanes<T> <= 64);
     for (i = 0; i + N <= n; i += N) {
-        if (hn::AllFalse(d, hn::Ge(hn::LoadU(d, p + i), vt))) continue;
-        for (std::int64_t j = i; j < i + N; ++j)
-            if (p[j] >= t0) ids[count++] = j;
+        const auto ge = hn::Ge(hn::LoadU(d, p + i), vt);
+        if (hn::AllFalse(d, ge)) continue;
+        std::uint8_t bytes[8] = {};
+        hn::StoreMaskBits(d, ge, bytes);
+        std::uint64_t bits = 0;
+        for (int b = 7; b >= 0; --b) bits = (bits << 8) | bytes[b];
+        for (; bits != 0; bits &= bits - 1)
+            ids[count++] = i + static_cast<std::int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits));
     }
     for (; i < n; ++i)
         if (p[i] >= t0) ids[count++] = i;
-    std::partial_sort(ids, ids + k, ids + count,
-                      [p](std::int64_t a, std::int64_t b) { return ranks_above(p[a], a, p[b], b); });
-    for (std::int64_t j = 0; j < k; ++j) vals[j] = p[ids[j]];
+    // No NaN here (checked above), and the candidates (at least k of them) are in index order: an
+    // insertion into a sorted list of k, strictly greater values moving up, ranks equal values by
+    // lower index. A few dozen candidates per row make this cheaper than a heap-based partial sort.
+    std::int64_t held = 0;
+    for (std::int64_t c = 0; c < count; ++c) {
+        const std::int64_t id = ids[c];
+        const T v = p[id];
+        if (held == k && !(v > vals[k - 1])) continue;
+        std::int64_t pos = held < k ? held++ : k - 1;
+        for (; pos > 0 && vals[pos - 1] < v; --pos) {
+            vals[pos] = vals[pos - 1];
+            ids[pos] = ids[pos - 1];
+        }
+        vals[pos] = v;
+        ids[pos] = id;
+    }
     return true;
 }
 
