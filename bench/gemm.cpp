@@ -17,6 +17,7 @@
 //   --sizes 256,512,...   --threads 1,2   --types f32,f64   --rounds R (5)   --min-ms M (150)
 //   --json                print one JSON object per measurement as well
 //   --small-sizes 8,16,..  the small-shape section (per-call ns); an empty list skips it
+//   --shapes MxNxK,...    rectangular (skinny / GEMV-like) shapes, 1 thread, GFLOP/s vs cblas
 //   --cpu-clock           1-thread figures from process CPU time instead of wall time (a loaded
 //                         machine: time spent waiting for a core is not counted)
 
@@ -55,6 +56,7 @@ struct options {
     bool json = false;
     bool cpu_clock = false;
     std::vector<std::int64_t> small_sizes{8, 16, 32, 64};
+    std::vector<std::string> shapes{"1x1024x1024", "1x4096x4096", "16x1024x1024", "1024x16x1024", "4096x4x4096"};
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -96,6 +98,8 @@ options parse(int argc, char** argv) {
         } else if (a == "--small-sizes") {
             o.small_sizes.clear();
             for (const auto& s : split(value())) o.small_sizes.push_back(std::stoll(s));
+        } else if (a == "--shapes") {
+            o.shapes = split(value());
         } else if (a == "--cpu-clock") {
             o.cpu_clock = true;
         } else if (a == "--json") {
@@ -263,6 +267,50 @@ void bench_small(const char* type, std::int64_t n, const options& o) {
     std::fflush(stdout);
 }
 
+// A rectangular row-major GEMM, one thread: GFLOP/s of the kernel API and of cblas.
+template <class T>
+void bench_shape(const char* type, std::int64_t m, std::int64_t n, std::int64_t kk, const options& o) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<T> a(static_cast<std::size_t>(m * kk)), b(static_cast<std::size_t>(kk * n)),
+        c(static_cast<std::size_t>(m * n)), c_blas(c.size());
+    for (auto& x : a) x = static_cast<T>(u(rng));
+    for (auto& x : b) x = static_cast<T>(u(rng));
+    const k::gemm_type gt = sizeof(T) == 4 ? k::gemm_type::f32 : k::gemm_type::f64;
+    const k::gemm_plan plan = k::plan_gemm(gt, m, n, kk, 1);
+    std::vector<unsigned char> scratch(plan.scratch_bytes);
+    const k::gemm_operands op{m, n, kk, a.data(), kk, 1, b.data(), n, 1, c.data(), n, 1, 1.0, 0.0};
+    auto ours = [&] { k::gemm(gt, op, plan, scratch.data()); };
+    auto blas = [&] {
+        const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kk);
+        if constexpr (sizeof(T) == 4)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0f, a.data(), ki, b.data(), ni, 0.0f,
+                        c_blas.data(), ni);
+        else
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0, a.data(), ki, b.data(), ni, 0.0,
+                        c_blas.data(), ni);
+    };
+    openblas_set_num_threads(1);
+    double t_ours = 1e30, t_blas = 1e30;
+    const double ms = std::min(o.min_ms, 100.0);
+    for (int r = 0; r < o.rounds; ++r) {
+        t_ours = std::min(t_ours, time_batch(ours, ms, o.cpu_clock));
+        t_blas = std::min(t_blas, time_batch(blas, ms, o.cpu_clock));
+    }
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(kk);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", static_cast<long long>(m), static_cast<long long>(n),
+                  static_cast<long long>(kk));
+    std::printf("%-4s %16s %10.1f %10.1f %9.2f   small=%d swapped=%d\n", type, shape, flops / t_ours * 1e-9,
+                flops / t_blas * 1e-9, t_blas / t_ours, plan.small, plan.swapped);
+    if (o.json)
+        std::printf(
+            "{\"bench\":\"gemm_shape\",\"type\":\"%s\",\"shape\":\"%s\",\"tenferro_gflops\":%.2f,"
+            "\"openblas_gflops\":%.2f}\n",
+            type, shape, flops / t_ours * 1e-9, flops / t_blas * 1e-9);
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,6 +343,22 @@ int main(int argc, char** argv) {
                     bench_small<float>("f32", n, o);
                 else
                     bench_small<double>("f64", n, o);
+            }
+    }
+    if (!o.shapes.empty()) {
+        std::printf("# rectangular shapes (m x n x k), 1 thread, GFLOP/s\n");
+        std::printf("%-4s %16s %10s %10s %9s\n", "type", "shape", "tenferro", "openblas", "/openblas");
+        for (const auto& type : o.types)
+            for (const auto& sh : o.shapes) {
+                long long m = 0, n = 0, kk = 0;
+                if (std::sscanf(sh.c_str(), "%lldx%lldx%lld", &m, &n, &kk) != 3) {
+                    std::fprintf(stderr, "bad shape %s\n", sh.c_str());
+                    return 2;
+                }
+                if (type == "f32")
+                    bench_shape<float>("f32", m, n, kk, o);
+                else
+                    bench_shape<double>("f64", m, n, kk, o);
             }
     }
     if (o.sizes.empty()) return 0;

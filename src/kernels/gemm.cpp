@@ -87,7 +87,9 @@ inline gemm_plan make_plan(gemm_type type, std::int64_t m, std::int64_t n, std::
     const std::int64_t mm = p.swapped ? n : m;
     const std::int64_t nn = p.swapped ? m : n;
     if (k <= 0) return p;
-    p.small = k <= b.kc && (mm * nn * k <= small_max_fmas || mm <= 2 * b.mr);
+    // A read in place: small problems, or at most four micro-panels of B (each A element would be
+    // packed to be used at most four times; measured on Zen 3, reading A in place wins up to ~6).
+    p.small = (k <= b.kc && (mm * nn * k <= small_max_fmas || mm <= 2 * b.mr)) || nn <= 4 * b.nr;
 
     // Split C into independent rectangles, never K, minimising the time of the largest task in
     // rough cycles: its micro-kernel work (rows x cols x k / nr: two FMAs of nr / 2 lanes per
@@ -204,6 +206,29 @@ gd::blocking target_blocking() {
 template <class T>
 void pack_b_panel(const T* b, std::int64_t brs, std::int64_t bcs, std::int64_t kc, std::int64_t cols, T* dst) {
     constexpr std::int64_t nr = static_cast<std::int64_t>(nr_cols<T>());
+    if (bcs == 1) {
+        // Row-contiguous B: copy 8 rows at a time across all full micro-panels, so that the reads
+        // run along B's rows (one sequential stream per row) instead of down a column (one cache
+        // line per row, a page apart when B is wide).
+        const hn::ScalableTag<T> d;
+        constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+        const std::int64_t full = cols / nr * nr;
+        for (std::int64_t p0 = 0; p0 < kc; p0 += 8) {
+            const std::int64_t p1 = std::min(kc, p0 + 8);
+            for (std::int64_t j = 0; j < full; j += nr) {
+                T* o = dst + j * kc;
+                for (std::int64_t p = p0; p < p1; ++p) {
+                    const T* s = b + p * brs + j;
+                    for (std::int64_t v = 0; v < static_cast<std::int64_t>(nv); ++v)
+                        hn::Store(hn::LoadU(d, s + v * L), d, o + p * nr + v * L);
+                }
+            }
+        }
+        if (full == cols) return;
+        b += full;
+        dst += full * kc;
+        cols -= full;
+    }
     for (std::int64_t j = 0; j < cols; j += nr, dst += nr * kc) {
         const std::int64_t w = std::min(nr, cols - j);
         const T* src = b + j * bcs;
@@ -291,6 +316,28 @@ struct tile_args {
     T alpha, beta;
 };
 
+// C[0, cnt) (elements ccs apart) = alpha * acc + beta * C, or alpha * acc without reading C.
+// Every path stores through here, so an element's last roundings do not depend on the path.
+template <class D, class V = hn::Vec<D>, class T = hn::TFromD<D>>
+HWY_INLINE void store_c(D d, V acc, T* cp, std::int64_t ccs, std::int64_t cnt, V va, V vb, bool read_c) {
+    constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+    if (ccs == 1 && cnt == L) {
+        const V out = read_c ? hn::MulAdd(acc, va, hn::Mul(hn::LoadU(d, cp), vb)) : hn::Mul(acc, va);
+        hn::StoreU(out, d, cp);
+        return;
+    }
+    // Partial vector or strided C: through a lane buffer, with the same vector arithmetic
+    // (Highway's MaskedLoad reads the whole vector on SSE4, so it is not used).
+    HWY_ALIGN T buf[L];
+    if (read_c) {
+        for (std::int64_t l = 0; l < cnt; ++l) buf[l] = cp[l * ccs];
+        for (std::int64_t l = cnt; l < L; ++l) buf[l] = T(0);
+    }
+    const V out = read_c ? hn::MulAdd(acc, va, hn::Mul(hn::Load(d, buf), vb)) : hn::Mul(acc, va);
+    hn::Store(out, d, buf);
+    for (std::int64_t l = 0; l < cnt; ++l) cp[l * ccs] = buf[l];
+}
+
 // Computes rows [0, R) of one tile: acc[r][v] = sum_p A[r, p] * B[p, v-th vector], then
 // C = alpha * acc + beta * C (C not read when beta == 0). Every element follows the same
 // operation sequence whatever R, `cols`, the C strides or the A source are.
@@ -351,26 +398,8 @@ HWY_NOINLINE void tile_kernel(const tile_args<T>& t) {
         for (std::size_t v = 0; v < nv; ++v) {
             const std::int64_t j0 = static_cast<std::int64_t>(v * L);
             if (j0 >= t.cols) break;
-            const std::int64_t cnt = std::min<std::int64_t>(static_cast<std::int64_t>(L), t.cols - j0);
-            if (t.ccs == 1 && cnt == static_cast<std::int64_t>(L)) {
-                T* cp = crow + j0;
-                const V out =
-                    read_c ? hn::MulAdd(acc[r][v], va, hn::Mul(hn::LoadU(d, cp), vb)) : hn::Mul(acc[r][v], va);
-                hn::StoreU(out, d, cp);
-            } else {
-                // Partial vector or strided C: through a lane buffer, with the same vector arithmetic
-                // (Highway's MaskedLoad reads the whole vector on SSE4, so it is not used).
-                HWY_ALIGN T buf[L];
-                T* cp = crow + j0 * t.ccs;
-                if (read_c) {
-                    for (std::int64_t l = 0; l < cnt; ++l) buf[l] = cp[l * t.ccs];
-                    for (std::int64_t l = cnt; l < static_cast<std::int64_t>(L); ++l) buf[l] = T(0);
-                }
-                const V out =
-                    read_c ? hn::MulAdd(acc[r][v], va, hn::Mul(hn::Load(d, buf), vb)) : hn::Mul(acc[r][v], va);
-                hn::Store(out, d, buf);
-                for (std::int64_t l = 0; l < cnt; ++l) cp[l * t.ccs] = buf[l];
-            }
+            store_c(d, acc[r][v], crow + j0 * t.ccs, t.ccs,
+                    std::min<std::int64_t>(static_cast<std::int64_t>(L), t.cols - j0), va, vb, read_c);
         }
     }
 }
@@ -410,6 +439,93 @@ struct problem {
 // slices are stored one after another, each `padded x kc_eff`.
 inline std::int64_t prepacked_slice(std::int64_t pc, std::int64_t padded) { return pc * padded; }
 
+// Rows at most this many, B row-contiguous: stream B row by row (see stream_rows).
+constexpr std::int64_t stream_max_rows = 8;
+
+// A task of at most stream_max_rows rows with a row-contiguous B (a GEMV-like product): each B
+// element is used by those few rows only, so neither packing B nor walking it in nr-wide columns
+// (one cache line per row of B, a page apart) can pay. Instead B is read row by row, contiguously,
+// into accumulators kept in an L1-sized buffer: for each K slice, acc[i][j] = sum_p A[i,p] B[p,j]
+// by FMA in increasing p from zero, then store_c, the very operations of the micro-kernel.
+template <class T>
+void stream_rows(const problem<T>& pr, const gemm_plan& plan, std::int64_t i_begin, std::int64_t i_end,
+                 std::int64_t j_begin, std::int64_t j_end) {
+    const hn::ScalableTag<T> d;
+    using V = hn::Vec<decltype(d)>;
+    constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+    constexpr std::int64_t buf_elems = 16384 / sizeof(T);
+    HWY_ALIGN T acc[buf_elems];
+    const std::int64_t rows = i_end - i_begin;
+    const std::int64_t width = std::max<std::int64_t>(L, buf_elems / rows / L * L);
+    const V va = hn::Set(d, pr.alpha);
+    for (std::int64_t pc = 0; pc < pr.k; pc += plan.kc) {
+        const std::int64_t kc_eff = std::min<std::int64_t>(plan.kc, pr.k - pc);
+        const T beta = pc == 0 ? pr.beta : T(1);
+        const V vb = hn::Set(d, beta);
+        for (std::int64_t jb = j_begin; jb < j_end; jb += width) {
+            const std::int64_t w = std::min(width, j_end - jb);
+            const std::int64_t full = w / L * L;
+            const std::int64_t wpad = gd::round_up(w, L);
+            for (std::int64_t x = 0; x < rows * wpad; ++x) acc[x] = T(0);
+            // Four rows of B per pass over the accumulators: a quarter of the accumulator loads
+            // and stores, and the FMAs of one element still run in increasing p.
+            std::int64_t p = pc;
+            for (; p + 4 <= pc + kc_eff; p += 4) {
+                const T* b0 = pr.b + p * pr.brs + jb;
+                const T* b1 = b0 + pr.brs;
+                const T* b2 = b1 + pr.brs;
+                const T* b3 = b2 + pr.brs;
+                for (std::int64_t i = 0; i < rows; ++i) {
+                    const T* arow = pr.a + (i_begin + i) * pr.ars + p * pr.acs;
+                    const V a0 = hn::Set(d, arow[0]), a1 = hn::Set(d, arow[pr.acs]);
+                    const V a2 = hn::Set(d, arow[2 * pr.acs]), a3 = hn::Set(d, arow[3 * pr.acs]);
+                    T* ai = acc + i * wpad;
+                    for (std::int64_t j = 0; j < full; j += L) {
+                        V s = hn::MulAdd(a0, hn::LoadU(d, b0 + j), hn::Load(d, ai + j));
+                        s = hn::MulAdd(a1, hn::LoadU(d, b1 + j), s);
+                        s = hn::MulAdd(a2, hn::LoadU(d, b2 + j), s);
+                        hn::Store(hn::MulAdd(a3, hn::LoadU(d, b3 + j), s), d, ai + j);
+                    }
+                    if (full < w) {
+                        HWY_ALIGN T t0[L] = {}, t1[L] = {}, t2[L] = {}, t3[L] = {};
+                        for (std::int64_t j = full; j < w; ++j) {
+                            t0[j - full] = b0[j];
+                            t1[j - full] = b1[j];
+                            t2[j - full] = b2[j];
+                            t3[j - full] = b3[j];
+                        }
+                        V s = hn::MulAdd(a0, hn::Load(d, t0), hn::Load(d, ai + full));
+                        s = hn::MulAdd(a1, hn::Load(d, t1), s);
+                        s = hn::MulAdd(a2, hn::Load(d, t2), s);
+                        hn::Store(hn::MulAdd(a3, hn::Load(d, t3), s), d, ai + full);
+                    }
+                }
+            }
+            for (; p < pc + kc_eff; ++p) {
+                const T* brow = pr.b + p * pr.brs + jb;
+                for (std::int64_t i = 0; i < rows; ++i) {
+                    const V av = hn::Set(d, pr.a[(i_begin + i) * pr.ars + p * pr.acs]);
+                    T* ai = acc + i * wpad;
+                    for (std::int64_t j = 0; j < full; j += L)
+                        hn::Store(hn::MulAdd(av, hn::LoadU(d, brow + j), hn::Load(d, ai + j)), d, ai + j);
+                    if (full < w) {
+                        HWY_ALIGN T tail[L] = {};
+                        for (std::int64_t j = full; j < w; ++j) tail[j - full] = brow[j];
+                        hn::Store(hn::MulAdd(av, hn::Load(d, tail), hn::Load(d, ai + full)), d, ai + full);
+                    }
+                }
+            }
+            for (std::int64_t i = 0; i < rows; ++i) {
+                T* crow = pr.c + (i_begin + i) * pr.crs + jb * pr.ccs;
+                const T* ai = acc + i * wpad;
+                for (std::int64_t j = 0; j < w; j += L)
+                    store_c(d, hn::Load(d, ai + j), crow + j * pr.ccs, pr.ccs, std::min(L, w - j), va, vb,
+                            beta != T(0));
+            }
+        }
+    }
+}
+
 template <class T>
 void run_task(const problem<T>& pr, const gemm_plan& plan, std::int64_t task, unsigned char* scratch) {
     constexpr std::int64_t MR = static_cast<std::int64_t>(mr_rows);
@@ -418,6 +534,10 @@ void run_task(const problem<T>& pr, const gemm_plan& plan, std::int64_t task, un
     const auto [i_begin, i_end] = gd::task_range(pr.m, MR, plan.tasks_m, tm);
     const auto [j_begin, j_end] = gd::task_range(pr.n, NR, plan.tasks_n, tn);
     if (i_begin >= i_end || j_begin >= j_end) return;
+    if (pr.pre_a == nullptr && pr.pre_b == nullptr && pr.bcs == 1 && i_end - i_begin <= stream_max_rows) {
+        stream_rows(pr, plan, i_begin, i_end, j_begin, j_end);
+        return;
+    }
 
     const std::int64_t kc_full = std::min<std::int64_t>(pr.k, plan.kc);
     const std::int64_t task_rows0 = gd::task_range(pr.m, MR, plan.tasks_m, 0).second;
@@ -462,8 +582,8 @@ void run_task(const problem<T>& pr, const gemm_plan& plan, std::int64_t task, un
                     ap = apack;
                 }
                 for (std::int64_t jr = 0; jr < nc_eff; jr += NR) {
-                    t.b = bp + jr * kc_eff;
                     t.cols = std::min(NR, nc_eff - jr);
+                    t.b = bp + jr * kc_eff;
                     for (std::int64_t ir = 0; ir < mc_eff; ir += MR) {
                         const std::int64_t h = std::min(MR, mc_eff - ir);
                         t.c = pr.c + (ic + ir) * pr.crs + (jc + jr) * pr.ccs;

@@ -63,7 +63,8 @@ struct gemm_plan {
     /// of one packed panel: the B micro-panel kc x nr stays in L1), mc (rows of the packed A block:
     /// mc x kc stays in L2), nc (columns of the packed B panel kc x nc, in L3).
     std::int32_t mr = 0, nr = 0, kc = 0, mc = 0, nc = 0;
-    /// Small-matrix path: A is read in place (no A packing), B is packed once per call.
+    /// A is read in place (no A packing): small problems (n = 8..64), and products with at
+    /// most four micro-panels of B (n <= 4 nr after swapping), where packing A cannot pay.
     bool small = false;
     /// The kernel computes C^T = B^T A^T (operands swapped; used when n is narrower than a
     /// vector tile and m is not). Arithmetic per element is unchanged.

@@ -81,7 +81,7 @@ struct strided {
     const T& at(std::int64_t i, std::int64_t j) const { return ptr()[i * rs + j * cs]; }
 };
 
-enum class layout { row_major, transposed, negative, broadcast, strided_c };
+enum class layout { row_major, transposed, negative, broadcast, strided_c, mixed };
 
 const char* name(layout l) {
     switch (l) {
@@ -95,6 +95,8 @@ const char* name(layout l) {
         return "zero strides";
     case layout::strided_c:
         return "non-unit strides everywhere";
+    case layout::mixed:
+        return "col-major A, reversed rows of B, strided C";
     }
     return "?";
 }
@@ -129,6 +131,11 @@ void strides_for(layout l, std::int64_t m, std::int64_t n, std::int64_t kk, stri
     case layout::strided_c:
         a = {2 * kk + 1, 2};
         b = {3, 3 * kk + 2};
+        c = {2, 2 * m + 5};
+        return;
+    case layout::mixed:
+        a = {1, m};
+        b = {-n, 1};
         c = {2, 2 * m + 5};
         return;
     }
@@ -278,9 +285,9 @@ void run_case(const shape& s, layout l, const ab& coef, int threads, std::mt1993
 }
 
 const shape accuracy_shapes[] = {
-    {1, 1, 1},      {1, 1, 7},     {1, 1000, 257}, {1000, 1, 257}, {3, 17, 255},   {17, 3, 257},
-    {255, 257, 17}, {257, 255, 3}, {1, 3, 1000},   {3, 1, 1000},   {17, 17, 1000}, {8, 8, 8},
-    {16, 16, 16},   {32, 32, 32},  {64, 64, 64},   {65, 63, 31},   {100, 9, 300},  {9, 100, 300},
+    {1, 1, 1},      {1, 1, 7},    {1, 1000, 257}, {1000, 1, 257}, {3, 17, 255}, {17, 3, 257},   {255, 257, 17},
+    {257, 255, 3},  {1, 3, 1000}, {3, 1, 1000},   {17, 17, 1000}, {8, 8, 8},    {6, 300, 1000}, {700, 50, 300},
+    {4, 1000, 257}, {16, 16, 16}, {32, 32, 32},   {64, 64, 64},   {65, 63, 31}, {100, 9, 300},  {9, 100, 300},
 };
 
 template <class T>
@@ -395,9 +402,10 @@ template <class T>
 void prepacked_equal() {
     for_each_target([&](std::int64_t target) {
         std::mt19937 rng(5);
-        for (const shape& s : {shape{1, 1, 1}, shape{8, 8, 8}, shape{1, 300, 700}, shape{300, 1, 70},
-                               shape{257, 255, 1000}, shape{33, 5, 600}, shape{64, 64, 64}}) {
-            for (layout l : {layout::row_major, layout::transposed, layout::negative}) {
+        for (const shape& s :
+             {shape{1, 1, 1}, shape{8, 8, 8}, shape{1, 300, 700}, shape{300, 1, 70}, shape{257, 255, 1000},
+              shape{33, 5, 600}, shape{64, 64, 64}, shape{5, 900, 300}, shape{300, 40, 300}}) {
+            for (layout l : {layout::row_major, layout::transposed, layout::negative, layout::mixed}) {
                 for (int threads : {1, 2}) {
                     operands<T> in(s.m, s.n, s.k, l, rng, false);
                     strided<T> c1 = in.c0, c2 = in.c0;
