@@ -12,6 +12,7 @@
 
 #include "tenferro/backend_session.hpp"
 #include "tenferro/buffer_pool.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -19,8 +20,9 @@ namespace tenferro::detail {
 
 class cpu_session final : public backend_session {
 public:
-    cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers) noexcept
-        : pool_(pool), permits_(permits), buffers_(buffers) {}
+    cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
+                cpu_runtime_cache& cache) noexcept
+        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache) {}
 
     std::string_view backend() const noexcept override { return "cpu"; }
     std::size_t parallelism() const noexcept override { return permits_; }
@@ -35,6 +37,9 @@ public:
     }
     /// The buffer pool, for temporaries (`std::pmr` containers).
     buffer_pool& buffers() const noexcept { return *buffers_; }
+    /// The runtime cache contractions consult: the caller's in a
+    /// `with_backend_session_cached` session, else the backend's own.
+    cpu_runtime_cache& cache() const noexcept { return cache_; }
 
     // Elementwise (src/ops/elementwise.cpp).
     tensor add(const_tensor_view a, const_tensor_view b) override;
@@ -115,10 +120,18 @@ public:
     tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) override;
     void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) override;
 
+    // Contractions (src/ops/contraction.cpp).
+    tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) override;
+    void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
+                          double alpha, double beta) override;
+    tensor matmul(const_tensor_view a, const_tensor_view b) override;
+    void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+
 private:
     compute_pool& pool_;
     std::size_t permits_;
     const std::shared_ptr<buffer_pool>& buffers_;  // owned by the host core, which outlives the session
+    cpu_runtime_cache& cache_;                      // the caller's (claimed) or the host core's
 };
 
 }  // namespace tenferro::detail

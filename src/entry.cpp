@@ -15,8 +15,8 @@ namespace {
 // context (carried by its session_executor) and its session object.
 struct async_session_state final : session_context {
     async_session_state(const void* host, compute_pool& pool, std::size_t permits,
-                        const std::shared_ptr<buffer_pool>& buffers)
-        : session_context(context_kind::session, host), session(pool, permits, buffers) {}
+                        const std::shared_ptr<buffer_pool>& buffers, cpu_runtime_cache& cache)
+        : session_context(context_kind::session, host), session(pool, permits, buffers, cache) {}
     cpu_session session;
 };
 
@@ -182,7 +182,8 @@ void entry_base::run() noexcept {
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
         } else if (async_body_) {
-            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers());
+            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers(),
+                                                               session_cache());
             body_context_ = state;
             asio::any_io_executor inner = options_.where == placement::compute
                                               ? asio::any_io_executor(core_->pool().get_executor())
@@ -190,7 +191,7 @@ void entry_base::run() noexcept {
             spawn_session(session_executor(std::move(inner), state), state->session);
         } else {
             session_context ctx(context_kind::session, core_.get());
-            cpu_session session(core_->pool(), permits_, core_->buffers());
+            cpu_session session(core_->pool(), permits_, core_->buffers(), session_cache());
             {
                 sync_context_marker marker(ctx);
                 invoke_sync(session);  // stores the value or the exception

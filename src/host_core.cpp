@@ -5,12 +5,14 @@
 namespace tenferro::detail {
 
 host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-                     std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes)
+                     std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes,
+                     std::size_t runtime_cache_bytes)
     : name_(std::move(name)),
       queue_(permits, max_waiters),
       pool_(std::make_unique<compute_pool>(permits, cpus)),
       observer_(std::move(observer)),
-      buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)) {}
+      buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)),
+      default_cache_(runtime_cache_bytes) {}
 
 void host_core::start_granted(waiter_list granted) noexcept {
     // Unlink each before starting it: a started entry may complete and free

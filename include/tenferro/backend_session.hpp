@@ -37,6 +37,7 @@
 #include <span>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "tenferro/detail/function_ref.hpp"
 #include "tenferro/tensor.hpp"
@@ -52,6 +53,16 @@ using detail::function_ref;
 /// `backend_session&` to `f`, valid only while `f` runs (for an asynchronous
 /// body, until its awaitable completes). A session is used by one thread at a
 /// time; the parallelism it holds is exercised through `parallel_for`.
+/// Which axes `dot_general` contracts and batches over (StableHLO semantics).
+///
+/// `lhs_contracting[i]` of `a` is summed against `rhs_contracting[i]` of `b`
+/// (equal extents); `lhs_batch[i]` pairs with `rhs_batch[i]` (equal extents, no
+/// broadcasting). Axes may be negative (counted from the end); an axis may be
+/// named once per operand. Every other axis is free.
+struct dot_config {
+    std::vector<std::int64_t> lhs_contracting, rhs_contracting, lhs_batch, rhs_batch;
+};
+
 class backend_session {
 public:
     backend_session(const backend_session&) = delete;
@@ -254,6 +265,50 @@ public:
     virtual std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) = 0;
     virtual void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
                             tensor_view indices) = 0;
+    ///@}
+
+    /// \name Contractions
+    /// `f32` or `f64`, both operands of the same dtype; any strides (sliced,
+    /// transposed, reversed, broadcast). Computed by a packed, register-blocked
+    /// GEMM split over `parallelism()` threads along the output's rows / columns
+    /// (never along the contracted axes), so the result does not depend on the
+    /// parallelism. Each output element sums its `k` products in a fixed order
+    /// with fused multiply-adds; its error is bounded by about
+    /// `k * eps * sum |a_i * b_i|` (see docs/contraction.md).
+    ///
+    /// `dot_general(a, b, cfg)`: the result's axes are the batch axes (in
+    /// `cfg.lhs_batch` order), then `a`'s free axes, then `b`'s free axes, each in
+    /// their operand's order (StableHLO `dot_general`).
+    ///
+    /// `dot_general_into(a, b, cfg, out, alpha, beta)`: `out = alpha * a.b + beta * out`.
+    /// With `beta == 0`, `out` is not read (NaNs in it do not leak); otherwise it
+    /// is the one `_into` form that reads `out`.
+    ///
+    /// `matmul(a, b)`: numpy's `matmul`. Rank >= 2 operands are stacks of matrices
+    /// `[..., m, k]` and `[..., k, n]` whose leading (batch) axes broadcast; a rank-1
+    /// `a` is a row `[1, k]` and a rank-1 `b` a column `[k, 1]`, the added axis
+    /// removed from the result (so vector . vector is a rank-0 tensor).
+    ///
+    /// Inside `cpu_backend::with_backend_session_cached(cache, ...)` the plans
+    /// (and packed copies of operands marked constant) come from and go to
+    /// `cache`; otherwise from the backend's own cache.
+    /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes,
+    /// contracting or batch axes out of range, repeated, of different counts or of
+    /// different extents, rank-0 `matmul` operands, `matmul` inner extents that
+    /// differ or batch axes that do not broadcast, and (`_into`) a bad or
+    /// overlapping `out`; the message names both operands, their shapes and axes.
+    /// \code
+    /// tensor scores = s.matmul(corpus, query);                 // [n, d] . [d] -> [n]
+    /// tensor y = s.dot_general(x, w, {{1}, {0}, {}, {}});      // [b, k] . [k, n] -> [b, n]
+    /// s.dot_general_into(q, kv, {{2}, {2}, {0}, {0}}, attn, 0.125, 0.0);  // batched
+    /// \endcode
+    ///@{
+    virtual tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) = 0;
+    virtual void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
+                                  double alpha = 1.0, double beta = 0.0) = 0;
+    virtual tensor matmul(const_tensor_view a, const_tensor_view b) = 0;
+    /// `matmul` into a caller-owned `out` of the result's shape (never read).
+    virtual void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
     ///@}
 
     /// \name Structural ops

@@ -41,6 +41,9 @@ struct cpu_backend_options {
     /// Retention cap of the backend's buffer pool: at most this many bytes of
     /// freed session outputs and temporaries are kept for reuse (0: none).
     std::size_t buffer_pool_bytes = std::size_t{64} << 20;
+    /// Byte cap of the backend's own runtime cache (`default_cache()`), which
+    /// the contractions of plain `with_backend_session` entries share.
+    std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes;
 };
 
 /// The CPU backend host. Models `backend_session_host`.
@@ -110,12 +113,27 @@ public:
     /// `cache`, which must outlive the operation. A cache that a running
     /// session holds makes the entry complete with `contended`, before `f` runs.
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, session_options>)
     auto with_backend_session_cached(runtime_cache& cache, F&& f, CompletionToken&& token = {}) {
+        return with_backend_session_cached(cache, session_options{}, std::forward<F>(f),
+                                           std::forward<CompletionToken>(token));
+    }
+
+    /// As above, with per-entry options (see `with_backend_session`).
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_backend_session_cached(runtime_cache& cache, session_options options, F&& f,
+                                     CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, backend_session>::value_type;
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session>{core_, session_options{}, &cache}, token,
-            std::forward<F>(f));
+            detail::initiate_entry<detail::entry_kind::session>{core_, options, &cache}, token, std::forward<F>(f));
     }
+
+    /// The backend's own runtime cache, shared by the contractions of every
+    /// `with_backend_session` entry (internally synchronised). Mark operands
+    /// constant here (`default_cache().mark_constant(weights)`) to let those
+    /// sessions keep their packed copies; `stats()` shows its counters.
+    runtime_cache& default_cache() noexcept { return core_->default_cache(); }
+    const runtime_cache& default_cache() const noexcept { return core_->default_cache(); }
 
     /// Admits once (one permit, FIFO) and runs `body(scope)`, an
     /// `asio::awaitable<R>(execution_scope&)`, on the caller's executor while

@@ -102,6 +102,8 @@ protected:
     virtual void spawn_scope(session_executor ex, execution_scope& scope) noexcept = 0;
     /// The caller's executor, for bodies with placement::caller and for scopes.
     virtual asio::any_io_executor caller_executor() const = 0;
+    /// The cache the session's contractions use: the caller's, else the host's.
+    cpu_runtime_cache& session_cache() const noexcept { return cache_ ? *cache_ : core_->default_cache(); }
     /// Delivers the outcome to the handler: `dispatch` when the caller may be
     /// resumed inline (we are on its executor, after a body), `post` otherwise.
     virtual void complete(bool may_dispatch) noexcept = 0;

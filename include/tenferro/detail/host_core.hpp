@@ -13,6 +13,7 @@
 
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/buffer_pool.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 
@@ -23,7 +24,8 @@ class entry_base;
 class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-              std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes = 0);
+              std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes = 0,
+              std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes);
 
     std::string_view name() const noexcept { return name_; }
     permit_queue& queue() noexcept { return queue_; }
@@ -31,6 +33,9 @@ public:
     admission_observer* observer() const noexcept { return observer_.get(); }
     /// The pool that sessions allocate outputs and temporaries from.
     const std::shared_ptr<buffer_pool>& buffers() const noexcept { return buffers_; }
+    /// The cache that sessions without a caller-owned cache share.
+    cpu_runtime_cache& default_cache() noexcept { return default_cache_; }
+    const cpu_runtime_cache& default_cache() const noexcept { return default_cache_; }
 
     /// Poisons the queue and rejects every queued entry with `resource_poisoned`.
     void poison(std::string_view why) noexcept;
@@ -48,6 +53,7 @@ private:
     std::unique_ptr<compute_pool> pool_;
     std::shared_ptr<admission_observer> observer_;
     std::shared_ptr<buffer_pool> buffers_;
+    cpu_runtime_cache default_cache_;
 };
 
 }  // namespace tenferro::detail
