@@ -17,6 +17,7 @@
 //   --sizes 256,512,...   --threads 1,2   --types f32,f64   --rounds R (5)   --min-ms M (150)
 //   --json                print one JSON object per measurement as well
 //   --small-sizes 8,16,..  the small-shape section (per-call ns); an empty list skips it
+//   --session-sizes 8,..  small squares through a whole session entry (s.matmul), per-call ns
 //   --shapes MxNxK,...    rectangular (skinny / GEMV-like) shapes, 1 thread, GFLOP/s vs cblas
 //   --cpu-clock           1-thread figures from process CPU time instead of wall time (a loaded
 //                         machine: time spent waiting for a core is not counted)
@@ -38,9 +39,11 @@
 #include <vector>
 
 #include <Eigen/Core>
+#include <asio/use_future.hpp>
 
 #include "kernels/gemm.hpp"
 #include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/tenferro.hpp"
 
 namespace {
 
@@ -56,6 +59,7 @@ struct options {
     bool json = false;
     bool cpu_clock = false;
     std::vector<std::int64_t> small_sizes{8, 16, 32, 64};
+    std::vector<std::int64_t> session_sizes{8, 16, 32, 64};
     std::vector<std::string> shapes{"1x1024x1024", "1x4096x4096", "16x1024x1024", "1024x16x1024", "4096x4x4096"};
 };
 
@@ -98,6 +102,9 @@ options parse(int argc, char** argv) {
         } else if (a == "--small-sizes") {
             o.small_sizes.clear();
             for (const auto& s : split(value())) o.small_sizes.push_back(std::stoll(s));
+        } else if (a == "--session-sizes") {
+            o.session_sizes.clear();
+            for (const auto& s : split(value())) o.session_sizes.push_back(std::stoll(s));
         } else if (a == "--shapes") {
             o.shapes = split(value());
         } else if (a == "--cpu-clock") {
@@ -311,6 +318,66 @@ void bench_shape(const char* type, std::int64_t m, std::int64_t n, std::int64_t 
     std::fflush(stdout);
 }
 
+// Small squares through the public API, one permit: what a request pays per matmul.
+//   entry      cpu.with_backend_session([&](s) { return s.matmul(a, b); }) per call: admission,
+//              the hop to a compute worker and back, planning (from the backend's default
+//              cache after the first call), the output's allocation from the buffer pool
+//   cached     the same through with_backend_session_cached(cache, ...) with B marked constant
+//              (the cache keeps B's packed panels: no packing per call)
+//   in-session s.matmul(a, b) called in a loop inside one session (no admission per call)
+//   openblas   cblas_?gemm called directly on the same data
+template <class T>
+void bench_session(const char* type, std::int64_t n, const options& o, tenferro::cpu_backend& cpu) {
+    namespace tf = tenferro;
+    const tf::dtype dt = sizeof(T) == 4 ? tf::dtype::f32 : tf::dtype::f64;
+    matrices<T> m(n);
+    std::vector<T> c_blas(m.c.size());
+    const std::int64_t shape[2] = {n, n};
+    tf::tensor a = tf::tensor::empty(dt, shape), b = tf::tensor::empty(dt, shape);
+    std::memcpy(a.view().data(), m.a.data(), m.a.size() * sizeof(T));
+    std::memcpy(b.view().data(), m.b.data(), m.b.size() * sizeof(T));
+    tf::cpu_runtime_cache cache;
+    cache.mark_constant(b);
+    const tf::const_tensor_view av = a.view(), bv = b.view();
+    bool ok = true;
+    auto entry = [&] {
+        auto r =
+            cpu.with_backend_session([&](tf::backend_session& s) { return s.matmul(av, bv); }, asio::use_future).get();
+        ok = ok && r.has_value();
+    };
+    auto cached = [&] {
+        auto r = cpu.with_backend_session_cached(
+                        cache, [&](tf::backend_session& s) { return s.matmul(av, bv); }, asio::use_future)
+                     .get();
+        ok = ok && r.has_value();
+    };
+    auto blas = [&] { blas_gemm(n, m.a.data(), m.b.data(), c_blas.data()); };
+    const double ms = std::min(o.min_ms, 50.0);
+    openblas_set_num_threads(1);
+    double t_entry = 1e30, t_cached = 1e30, t_in = 1e30, t_blas = 1e30;
+    for (int r = 0; r < o.rounds; ++r) {
+        t_entry = std::min(t_entry, time_batch(entry, ms, false));
+        t_cached = std::min(t_cached, time_batch(cached, ms, false));
+        auto in = cpu.with_backend_session(
+                         [&](tf::backend_session& s) { return time_batch([&] { (void)s.matmul(av, bv); }, ms, false); },
+                         asio::use_future)
+                      .get();
+        if (in) t_in = std::min(t_in, *in);
+        t_blas = std::min(t_blas, time_batch(blas, ms, false));
+    }
+    const tf::cache_stats st = cache.stats();
+    std::printf("%-4s %5lld %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f %9.2f %9.0f  hits=%llu misses=%llu%s\n", type,
+                static_cast<long long>(n), t_entry * 1e9, t_cached * 1e9, t_in * 1e9, t_blas * 1e9, t_entry / t_blas,
+                t_cached / t_blas, t_in / t_blas, (t_entry - t_cached) * 1e9, static_cast<unsigned long long>(st.hits),
+                static_cast<unsigned long long>(st.misses), ok ? "" : "  (an entry failed)");
+    if (o.json)
+        std::printf(
+            "{\"bench\":\"gemm_session\",\"type\":\"%s\",\"n\":%lld,\"entry_ns\":%.1f,\"cached_entry_ns\":%.1f,"
+            "\"in_session_ns\":%.1f,\"openblas_ns\":%.1f}\n",
+            type, static_cast<long long>(n), t_entry * 1e9, t_cached * 1e9, t_in * 1e9, t_blas * 1e9);
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -343,6 +410,19 @@ int main(int argc, char** argv) {
                     bench_small<float>("f32", n, o);
                 else
                     bench_small<double>("f64", n, o);
+            }
+    }
+    if (!o.session_sizes.empty()) {
+        tenferro::cpu_backend cpu(tenferro::cpu_backend_options{.permits = 1});
+        std::printf("# small squares through a session entry (1 permit), ns per call; ratios to openblas\n");
+        std::printf("%-4s %5s %10s %10s %10s %10s %9s %9s %9s %9s\n", "type", "n", "entry", "cached", "in-session",
+                    "openblas", "entry/", "cached/", "in-sess/", "saved");
+        for (const auto& type : o.types)
+            for (const std::int64_t n : o.session_sizes) {
+                if (type == "f32")
+                    bench_session<float>("f32", n, o, cpu);
+                else
+                    bench_session<double>("f64", n, o, cpu);
             }
     }
     if (!o.shapes.empty()) {

@@ -737,6 +737,8 @@ gemm_plan plan_gemm(gemm_type type, std::int64_t m, std::int64_t n, std::int64_t
     return gemm_detail::make_plan(type, m, n, k, threads, HWY_DYNAMIC_DISPATCH(CurrentTarget)(), b);
 }
 
+std::int64_t gemm_target() noexcept { return HWY_DYNAMIC_DISPATCH(CurrentTarget)(); }
+
 namespace {
 void dispatch(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch,
               gemm_runner* run) {

@@ -81,6 +81,12 @@ struct gemm_plan {
 /// current Highway target.
 gemm_plan plan_gemm(gemm_type type, std::int64_t m, std::int64_t n, std::int64_t k, int threads);
 
+/// The Highway target gemm dispatches to now (the value plan_gemm stores in `gemm_plan::target`):
+/// one indirect call, for keying cached plans. Prefer it to hwy::SupportedTargets(), which in
+/// Highway 1.0.3 re-runs CPU detection (CPUID, a VM exit each, and a timer calibration) on every
+/// call: ~40-80 us here, hundreds of times an 8x8 GEMM.
+std::int64_t gemm_target() noexcept;
+
 /// body(begin, end) runs tasks [begin, end) of a gemm call.
 using gemm_body = detail::function_ref<void(std::int64_t begin, std::int64_t end)>;
 /// run(count, body) must call body on a partition of [0, count) into ranges, possibly on several

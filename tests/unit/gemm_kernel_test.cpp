@@ -438,6 +438,14 @@ void prepacked_equal() {
 TEST_CASE("prepacked B gives the same bits as the plain path (f32)", "[gemm]") { prepacked_equal<float>(); }
 TEST_CASE("prepacked B gives the same bits as the plain path (f64)", "[gemm]") { prepacked_equal<double>(); }
 
+TEST_CASE("gemm_target names the target plans are made for", "[gemm]") {
+    for_each_target([&](std::int64_t target) {
+        INFO(hwy::TargetName(target));
+        CHECK(k::gemm_target() == target);
+        CHECK(k::plan_gemm(k::gemm_type::f64, 3, 3, 3, 1).target == target);
+    });
+}
+
 TEST_CASE("a plan made for another target is refused", "[gemm]") {
     const auto targets = hwy::SupportedAndGeneratedTargets();
     if (targets.size() < 2) return;
