@@ -1,0 +1,178 @@
+#include "corpus.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace tf = tenferro;
+
+namespace embedding_search {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& state) noexcept {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/// A uniform double in (0, 1]: never 0, so its logarithm is finite.
+double uniform_open0(std::uint64_t& state) noexcept { return double((splitmix64(state) >> 11) + 1) * 0x1.0p-53; }
+
+/// Fills `out[0, n)` with standard normal samples (Box-Muller), from a stream
+/// that depends only on `stream_seed`.
+void fill_normal(float* out, std::int64_t n, std::uint64_t stream_seed) noexcept {
+    std::uint64_t state = stream_seed;
+    for (std::int64_t j = 0; j < n; j += 2) {
+        const double radius = std::sqrt(-2.0 * std::log(uniform_open0(state)));
+        const double angle = 2.0 * std::numbers::pi * uniform_open0(state);
+        out[j] = static_cast<float>(radius * std::cos(angle));
+        if (j + 1 < n) out[j + 1] = static_cast<float>(radius * std::sin(angle));
+    }
+}
+
+void normalise(float* row, std::int64_t n) noexcept {
+    double norm_squared = 0.0;
+    for (std::int64_t j = 0; j < n; ++j) norm_squared += double(row[j]) * double(row[j]);
+    const double inverse = norm_squared > 0.0 ? 1.0 / std::sqrt(norm_squared) : 0.0;
+    for (std::int64_t j = 0; j < n; ++j) row[j] = static_cast<float>(double(row[j]) * inverse);
+}
+
+std::uint64_t row_stream(std::uint64_t seed, std::int64_t row) noexcept {
+    std::uint64_t s = seed ^ (0xD1B54A32D192ED03ull * std::uint64_t(row + 1));
+    return splitmix64(s);
+}
+
+asio::awaitable<tf::tensor> read_corpus_file(const std::string& path) {
+    // The .npy reader (tenferro::async_read_npy) is not part of this build yet.
+    throw std::runtime_error("cannot read corpus " + path + ": this build has no .npy reader; use --generate");
+    co_return tf::tensor{};
+}
+
+/// Saves a generated corpus; returns why it could not, or an empty string.
+asio::awaitable<std::string> write_corpus_file(const std::string& path, const tf::tensor& /*corpus*/) {
+    co_return "not saved to " + path + ": this build has no .npy writer";
+}
+
+}  // namespace
+
+asio::awaitable<tf::tensor> generate_corpus(tf::cpu_backend& cpu, std::int64_t rows, std::int64_t dim,
+                                            std::uint64_t seed) {
+    if (rows < 1 || dim < 1) {
+        throw std::invalid_argument("generate_corpus: rows and dim must be positive, got " + std::to_string(rows) +
+                                    " x " + std::to_string(dim));
+    }
+    tf::tensor corpus = tf::tensor::empty(tf::dtype::f32, {rows, dim});
+    float* const data = corpus.data<float>();
+    tf::session_options options;
+    options.permits = cpu.permits();
+    auto body = [data, rows, dim, seed](tf::backend_session& s) {
+        s.parallel_for(rows, 1024, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t r = begin; r < end; ++r) {
+                float* row = data + r * dim;
+                fill_normal(row, dim, row_stream(seed, r));
+                normalise(row, dim);
+            }
+        });
+    };
+    tf::session_result<void> done = co_await cpu.with_backend_session(options, body);
+    if (!done) throw std::runtime_error("generate_corpus: " + done.error().message());
+    co_return corpus;
+}
+
+asio::awaitable<tf::tensor> obtain_corpus(tf::cpu_backend& cpu, const corpus_source& source, corpus_origin* origin) {
+    const auto start = std::chrono::steady_clock::now();
+    corpus_origin info;
+    tf::tensor corpus;
+    if (source.generate) {
+        corpus = co_await generate_corpus(cpu, source.rows, source.dim, source.seed);
+        info.generated = true;
+        if (!source.path.empty()) {
+            info.note = co_await write_corpus_file(source.path, corpus);
+            info.written = info.note.empty();
+        }
+    } else {
+        corpus = co_await read_corpus_file(source.path);
+        if (corpus.type() != tf::dtype::f32 || corpus.rank() != 2 || corpus.shape()[0] < 1 || corpus.shape()[1] < 1) {
+            throw std::runtime_error("corpus " + source.path + " must be a non-empty 2-D f32 array, got " +
+                                     std::string(tf::to_string(corpus.type())) + " " + tf::to_string(corpus.shape()));
+        }
+    }
+    info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (origin) *origin = std::move(info);
+    co_return corpus;
+}
+
+std::vector<float> query_near_row(const tf::tensor& corpus, std::int64_t row, double noise, std::uint64_t seed) {
+    const std::int64_t dim = corpus.shape()[1];
+    const float* source = corpus.data<float>() + row * dim;
+    std::vector<float> q(static_cast<std::size_t>(dim));
+    fill_normal(q.data(), dim, row_stream(seed ^ 0x5EA5C4ull, row));
+    for (std::int64_t j = 0; j < dim; ++j) {
+        q[std::size_t(j)] = static_cast<float>(source[j] + noise * q[std::size_t(j)] / std::sqrt(double(dim)));
+    }
+    return q;
+}
+
+std::vector<search_hit> brute_force_top_k(const tf::tensor& corpus, std::span<const float> query, std::int64_t k) {
+    const std::int64_t rows = corpus.shape()[0], dim = corpus.shape()[1];
+    double norm_squared = 0.0;
+    for (const float v : query) norm_squared += double(v) * double(v);
+    const double inverse = 1.0 / std::sqrt(norm_squared);
+    std::vector<std::pair<double, std::int64_t>> scored(static_cast<std::size_t>(rows));
+    const float* data = corpus.data<float>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+        double dot = 0.0;
+        for (std::int64_t j = 0; j < dim; ++j) dot += double(data[r * dim + j]) * double(query[std::size_t(j)]);
+        scored[std::size_t(r)] = {dot * inverse, r};
+    }
+    k = std::min(k, rows);
+    std::partial_sort(scored.begin(), scored.begin() + k, scored.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    std::vector<search_hit> hits;
+    for (std::int64_t i = 0; i < k; ++i)
+        hits.push_back({scored[std::size_t(i)].second, float(scored[std::size_t(i)].first)});
+    return hits;
+}
+
+reference_check compare_with_reference(const tf::tensor& corpus, std::span<const float> query,
+                                       const std::vector<search_hit>& served, const std::vector<search_hit>& exact) {
+    constexpr double tolerance = 1e-4;
+    reference_check c;
+    if (served.size() != exact.size()) {
+        c.detail = "served " + std::to_string(served.size()) + " results, expected " + std::to_string(exact.size());
+        return c;
+    }
+    const std::int64_t dim = corpus.shape()[1];
+    double norm_squared = 0.0;
+    for (const float v : query) norm_squared += double(v) * double(v);
+    const double inverse = 1.0 / std::sqrt(norm_squared);
+    for (std::size_t i = 0; i < served.size(); ++i) {
+        c.max_score_error = std::max(c.max_score_error, std::abs(double(served[i].score) - double(exact[i].score)));
+        if (served[i].index == exact[i].index) continue;
+        if (served[i].index < 0 || served[i].index >= corpus.shape()[0]) {
+            c.detail = "rank " + std::to_string(i + 1) + ": index out of range";
+            return c;
+        }
+        const float* row = corpus.data<float>() + served[i].index * dim;
+        double dot = 0.0;
+        for (std::int64_t j = 0; j < dim; ++j) dot += double(row[j]) * double(query[std::size_t(j)]);
+        if (std::abs(dot * inverse - double(exact[i].score)) > tolerance) {
+            c.detail = "rank " + std::to_string(i + 1) + ": served row " + std::to_string(served[i].index) +
+                       ", reference row " + std::to_string(exact[i].index);
+            return c;
+        }
+    }
+    if (c.max_score_error > tolerance) {
+        c.detail = "scores differ by " + std::to_string(c.max_score_error);
+        return c;
+    }
+    c.ok = true;
+    return c;
+}
+
+}  // namespace embedding_search

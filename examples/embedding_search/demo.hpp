@@ -1,0 +1,45 @@
+#pragma once
+// `tenferro-search demo` and `tenferro-search bench`: the server started
+// in-process on an ephemeral loopback port and driven by the built-in load
+// generator; the demo prints and saves a report, the benchmark compares the
+// tenferro build against compute done inline on the I/O threads.
+
+#include <cstdint>
+#include <string>
+
+#include "search_engine.hpp"
+
+namespace embedding_search {
+
+struct demo_options {
+    std::int64_t rows = 200'000, dim = 128;
+    std::uint64_t seed = 42;
+    std::string data_dir = ".";  ///< the corpus file and the reports go here
+    std::size_t connections = 256;
+    double duration_seconds = 10.0;
+    std::int64_t k = 10;
+    int healthz_interval_ms = 10;
+    bool progress = true;
+    server_mode mode;
+};
+
+struct bench_options {
+    std::int64_t rows = 200'000, dim = 128;
+    std::uint64_t seed = 42;
+    std::size_t connections = 256;
+    double duration_seconds = 5.0;
+    int rounds = 2;
+    std::int64_t k = 10;
+    int healthz_interval_ms = 10;
+    std::size_t tenferro_io_threads = 1;
+    std::size_t inline_io_threads = 0;  ///< 0: one per core
+    std::size_t max_batch = 16;
+    std::string json_path;  ///< also write every run as JSON lines here
+};
+
+/// Returns the process exit status: 0 when the run had no errors and the
+/// sample query matched the brute-force reference.
+int run_demo(const demo_options& options);
+int run_bench(const bench_options& options);
+
+}  // namespace embedding_search

@@ -1,0 +1,124 @@
+#pragma once
+// The HTTP/1.1 front end: keep-alive connections on an Asio io_context run by
+// `io_threads` threads, requests parsed with http_parser, three routes:
+//
+//   POST /v1/search   {"vector": [D numbers], "k": 10} -> {"results": [{"index": i, "score": s}, ...]}
+//   GET  /v1/stats    admission, buffer-pool, request and latency counters
+//   GET  /healthz     {"status": "ok"}
+//
+// Bad input never takes the server down: malformed HTTP -> 400 and close; a bad
+// search body -> 400 naming the field; a body over the limit -> 413 and close;
+// admission refused (the tenferro queue bound) -> 503 with Retry-After; idle
+// and slow clients are timed out; drain() (or SIGINT / SIGTERM) stops
+// accepting, lets requests in flight finish, and closes every connection.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+
+#include "latency_histogram.hpp"
+#include "search_engine.hpp"
+
+namespace embedding_search {
+
+struct server_options {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 8080;  ///< 0: an ephemeral port, see `port()`
+    std::size_t io_threads = 1;
+    std::size_t max_body_bytes = 1 << 20;  ///< larger request bodies get 413
+    std::int64_t max_k = 1000;             ///< capped at the corpus rows
+    std::chrono::milliseconds idle_timeout{30'000};     ///< no request started on an open connection
+    std::chrono::milliseconds request_timeout{10'000};  ///< a request not fully received, or a response not taken
+    std::chrono::milliseconds drain_timeout{10'000};    ///< then connections still open are closed
+    int retry_after_seconds = 1;                        ///< sent with 503
+    bool handle_signals = false;                        ///< SIGINT / SIGTERM start drain()
+};
+
+/// The server's own counters, cumulative.
+struct server_snapshot {
+    std::uint64_t connections_accepted = 0, connections_open = 0;
+    std::uint64_t requests = 0, keepalive_reused = 0;
+    std::uint64_t idle_timeouts = 0, request_timeouts = 0;
+    std::vector<std::pair<int, std::uint64_t>> responses;  ///< (status, count), non-zero only
+    histogram_snapshot search_latency;   ///< request received -> response ready, 200s of /v1/search
+    histogram_snapshot healthz_latency;  ///< same for /healthz
+    double uptime_seconds = 0.0;
+};
+
+class connection;
+
+class search_server {
+public:
+    /// Binds and listens at once. \throws std::system_error when it cannot.
+    search_server(search_engine& engine, server_options options);
+    /// drain(), then wait().
+    ~search_server();
+
+    search_server(const search_server&) = delete;
+    search_server& operator=(const search_server&) = delete;
+
+    /// The bound port (the ephemeral one when `options.port` was 0).
+    std::uint16_t port() const noexcept { return port_; }
+    const server_options& options() const noexcept { return options_; }
+
+    /// Starts `io_threads` threads running the server.
+    void start();
+    /// Starts a graceful shutdown; any thread, idempotent.
+    void drain();
+    /// Blocks until the drain has finished and the I/O threads have exited.
+    void wait();
+
+    server_snapshot snapshot() const;
+    /// The body of `GET /v1/stats`.
+    std::string stats_json() const;
+
+private:
+    friend class connection;
+    struct http_response;
+
+    asio::awaitable<void> accept_loop();
+    void begin_drain();
+    void connection_closed(connection* c);
+    void count_response(int status) noexcept;
+    asio::awaitable<http_response> handle(int method, std::string_view target, std::string_view body,
+                                          std::chrono::steady_clock::time_point received);
+    asio::awaitable<http_response> handle_search(std::string_view body);
+
+    search_engine& engine_;
+    server_options options_;
+    search_limits limits_;
+    asio::io_context io_;
+    asio::strand<asio::io_context::executor_type> strand_;  // acceptor, signals, drain timer
+    asio::ip::tcp::acceptor acceptor_;
+    asio::signal_set signals_;
+    asio::steady_timer drain_timer_;
+    std::uint16_t port_ = 0;
+    std::vector<std::thread> threads_;
+    const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+    mutable std::mutex connections_mutex_;
+    std::unordered_map<connection*, std::weak_ptr<connection>> connections_;
+    bool draining_ = false;  // guarded by connections_mutex_
+    std::atomic<bool> draining_flag_{false};
+
+    std::atomic<std::uint64_t> accepted_{0}, requests_{0}, keepalive_reused_{0}, idle_timeouts_{0},
+        request_timeouts_{0};
+    std::array<std::atomic<std::uint64_t>, 600> responses_{};
+    latency_histogram search_latency_, healthz_latency_;
+};
+
+}  // namespace embedding_search

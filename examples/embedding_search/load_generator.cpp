@@ -1,0 +1,162 @@
+#include "load_generator.hpp"
+
+#include <atomic>
+#include <exception>
+
+#include <simdjson.h>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "http_client.hpp"
+
+using clock_type = std::chrono::steady_clock;
+
+namespace embedding_search {
+
+namespace {
+
+struct load_state {
+    explicit load_state(const load_options& o) : options(o) {}
+
+    const load_options& options;
+    bool stop = false;  // single-threaded: every coroutine runs on the one io_context thread
+    std::size_t running = 0;
+    load_result result;
+    latency_histogram latency, healthz;
+    clock_type::time_point last_answer;
+
+    void error(std::string what) {
+        ++result.errors;
+        if (result.error_samples.size() < 5) result.error_samples.push_back(std::move(what));
+    }
+};
+
+asio::awaitable<void> search_worker(load_state& st, std::size_t id) {
+    http_client client(co_await asio::this_coro::executor);
+    std::size_t next = id;
+    while (!st.stop) {
+        try {
+            if (!client.is_open()) {
+                co_await client.connect(st.options.host, st.options.port);
+                ++st.result.connects;
+            }
+            const std::string& request = st.options.requests[next++ % st.options.requests.size()];
+            const auto sent = clock_type::now();
+            const http_reply reply = co_await client.roundtrip(request);
+            st.last_answer = clock_type::now();
+            if (reply.status == 200) {
+                if (valid_search_response(reply.body, st.options.expected_results)) {
+                    ++st.result.ok;
+                    st.latency.record(st.last_answer - sent);
+                } else {
+                    st.error("malformed 200 body: " + reply.body.substr(0, 200));
+                }
+            } else if (reply.status == 503) {
+                ++st.result.shed;
+            } else {
+                st.error("status " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+            }
+            if (!reply.keep_alive) client.close();
+        } catch (const std::exception& e) {
+            st.error(std::string("connection: ") + e.what());
+            client.close();
+        }
+    }
+    --st.running;
+}
+
+asio::awaitable<void> healthz_probe(load_state& st) {
+    http_client client(co_await asio::this_coro::executor);
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    const std::string request = make_request("GET", "/healthz");
+    while (!st.stop) {
+        const auto sent = clock_type::now();
+        try {
+            if (!client.is_open()) co_await client.connect(st.options.host, st.options.port);
+            const http_reply reply = co_await client.roundtrip(request);
+            if (reply.status == 200) {
+                st.healthz.record(clock_type::now() - sent);
+            } else {
+                ++st.result.healthz_errors;
+            }
+            if (!reply.keep_alive) client.close();
+        } catch (const std::exception&) {
+            ++st.result.healthz_errors;
+            client.close();
+        }
+        tick.expires_at(sent + st.options.healthz_interval);
+        std::error_code ignored;
+        co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+    --st.running;
+}
+
+asio::awaitable<void> conductor(load_state& st, clock_type::time_point start,
+                                const std::function<void(const load_progress&)>& progress) {
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    const auto deadline = start + std::chrono::duration_cast<clock_type::duration>(st.options.duration);
+    for (;;) {
+        const auto now = clock_type::now();
+        if (progress) {
+            load_progress p;
+            p.elapsed_seconds = std::chrono::duration<double>(now - start).count();
+            p.duration_seconds = st.options.duration.count();
+            p.ok = st.result.ok;
+            p.shed = st.result.shed;
+            p.errors = st.result.errors;
+            progress(p);
+        }
+        if (now >= deadline) break;
+        tick.expires_at(std::min(deadline, now + st.options.progress_interval));
+        std::error_code ignored;
+        co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+    st.stop = true;
+}
+
+}  // namespace
+
+bool valid_search_response(std::string_view body, std::int64_t expected) {
+    thread_local simdjson::dom::parser parser;
+    simdjson::dom::array results;
+    if (parser.parse(body.data(), body.size())["results"].get_array().get(results)) return false;
+    std::int64_t n = 0;
+    double previous = 2.0;
+    for (const simdjson::dom::element hit : results) {
+        std::int64_t index = 0;
+        double score = 0.0;
+        if (hit["index"].get_int64().get(index) || hit["score"].get_double().get(score)) return false;
+        if (index < 0 || score > previous) return false;
+        previous = score;
+        ++n;
+    }
+    return n == expected;
+}
+
+load_result run_load(const load_options& options, const std::function<void(const load_progress&)>& progress) {
+    asio::io_context io(1);
+    load_state st{options};
+    const auto start = clock_type::now();
+    st.last_answer = start;
+    for (std::size_t i = 0; i < options.connections; ++i) {
+        ++st.running;
+        asio::co_spawn(io, search_worker(st, i), asio::detached);
+    }
+    if (options.healthz_interval.count() > 0) {
+        ++st.running;
+        asio::co_spawn(io, healthz_probe(st), asio::detached);
+    }
+    asio::co_spawn(io, conductor(st, start, progress), asio::detached);
+    io.run();
+
+    st.result.seconds = std::chrono::duration<double>(st.last_answer - start).count();
+    st.result.latency = st.latency.snapshot();
+    st.result.healthz = st.healthz.snapshot();
+    return std::move(st.result);
+}
+
+}  // namespace embedding_search

@@ -1,0 +1,179 @@
+// tenferro-search: an embedding-search HTTP server on tenferro.
+//
+//   tenferro-search --corpus corpus.npy [--port 8080] ...   serve a corpus
+//   tenferro-search --generate 200000 128 [--corpus out.npy] generate one (and save it) first
+//   tenferro-search demo [--duration 10] ...                 the load demo `./dev run` runs
+//   tenferro-search bench [--duration 5] ...                 tenferro vs compute inline on the I/O threads
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <exception>
+#include <future>
+#include <limits>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_future.hpp>
+#include <tenferro/tenferro.hpp>
+
+#include "corpus.hpp"
+#include "demo.hpp"
+#include "http_server.hpp"
+#include "permit_usage.hpp"
+#include "search_engine.hpp"
+
+namespace tf = tenferro;
+using namespace embedding_search;
+
+namespace {
+
+struct serve_options {
+    std::string corpus_path;
+    std::vector<std::int64_t> generate;  // rows, dim
+    std::uint64_t seed = 42;
+    server_options server;
+    server_mode mode;
+    double idle_timeout_s = 30, request_timeout_s = 10, drain_timeout_s = 10;
+};
+
+std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(std::int64_t(seconds * 1000.0)); }
+
+int serve(serve_options o) {
+    corpus_source source;
+    source.path = o.corpus_path;
+    source.seed = o.seed;
+    if (!o.generate.empty()) {
+        source.generate = true;
+        source.rows = o.generate[0];
+        source.dim = o.generate[1];
+    } else if (o.corpus_path.empty()) {
+        std::fprintf(stderr, "tenferro-search: give --corpus FILE.npy, or --generate ROWS DIM (see --help)\n");
+        return 2;
+    }
+
+    const std::size_t io_threads = std::max<std::size_t>(1, o.mode.io_threads);
+    corpus_origin origin;
+    tf::tensor corpus;
+    {
+        tf::cpu_backend generator(tf::cpu_backend_options{});  // every core, for generating only
+        asio::io_context io(1);
+        auto loaded = asio::co_spawn(io, obtain_corpus(generator, source, &origin), asio::use_future);
+        io.run();
+        corpus = loaded.get();
+    }
+    std::fprintf(stderr, "tenferro-search: corpus %s x %s %s in %.2f s%s\n", std::to_string(corpus.shape()[0]).c_str(),
+                 std::to_string(corpus.shape()[1]).c_str(), origin.generated ? "generated" : "read", origin.seconds,
+                 origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
+
+    auto usage = std::make_shared<permit_usage_observer>();
+    tf::cpu_backend cpu(backend_options_for(o.mode, usage, std::size_t(corpus.size()) * sizeof(float)));
+    search_engine engine(cpu, corpus, engine_options_for(o.mode), usage);
+
+    o.server.io_threads = io_threads;
+    o.server.idle_timeout = to_ms(o.idle_timeout_s);
+    o.server.request_timeout = to_ms(o.request_timeout_s);
+    o.server.drain_timeout = to_ms(o.drain_timeout_s);
+    o.server.handle_signals = true;
+    search_server server(engine, o.server);
+    server.start();
+    std::printf("tenferro-search: listening on http://%s:%u (%s, %zu permits, %zu I/O threads)\n",
+                o.server.host.c_str(), unsigned(server.port()),
+                o.mode.inline_compute ? "inline compute" : "tenferro sessions", cpu.permits(), io_threads);
+    std::fflush(stdout);
+    server.wait();
+    std::fprintf(stderr, "tenferro-search: drained, bye\n");
+    return 0;
+}
+
+void add_mode_options(CLI::App& app, server_mode& mode) {
+    app.add_option("--io-threads", mode.io_threads, "threads running the HTTP I/O")->capture_default_str();
+    app.add_option("--permits", mode.permits, "tenferro compute permits (0: one per core)")->capture_default_str();
+    app.add_option("--max-waiters", mode.max_waiters, "queued searches beyond which requests get 503")
+        ->capture_default_str();
+    app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
+        ->capture_default_str();
+    app.add_flag("--inline", mode.inline_compute,
+                 "baseline without tenferro admission: compute on the I/O threads that parsed the request");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // The demo holds both ends of its load connections (2 x 257 descriptors by
+    // default) and the server may face many clients: lift the soft limit to the
+    // hard one, which some systems set far higher than the 1024 default.
+    if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    CLI::App app{"tenferro-search: embedding search over HTTP on tenferro compute sessions"};
+    app.require_subcommand(0, 1);
+
+    serve_options serve_opts;
+    app.add_option("--corpus", serve_opts.corpus_path, "the corpus, an N x D f32 .npy file (written when generating)");
+    app.add_option("--generate", serve_opts.generate, "generate a random corpus of ROWS x DIM unit rows")
+        ->expected(2)
+        ->type_name("ROWS DIM");
+    app.add_option("--seed", serve_opts.seed, "seed of the generated corpus")->capture_default_str();
+    app.add_option("--host", serve_opts.server.host, "address to listen on")->capture_default_str();
+    app.add_option("--port", serve_opts.server.port, "port (0: any free port)")->capture_default_str();
+    add_mode_options(app, serve_opts.mode);
+    app.add_option("--max-body", serve_opts.server.max_body_bytes, "largest request body (bytes); larger get 413")
+        ->capture_default_str();
+    app.add_option("--max-k", serve_opts.server.max_k, "largest k accepted")->capture_default_str();
+    app.add_option("--idle-timeout", serve_opts.idle_timeout_s, "seconds an idle keep-alive connection stays open")
+        ->capture_default_str();
+    app.add_option("--request-timeout", serve_opts.request_timeout_s,
+                   "seconds a client has to send a whole request, or to take a response")
+        ->capture_default_str();
+    app.add_option("--drain-timeout", serve_opts.drain_timeout_s, "seconds SIGINT/SIGTERM waits for requests in flight")
+        ->capture_default_str();
+    app.add_option("--retry-after", serve_opts.server.retry_after_seconds, "Retry-After seconds sent with 503")
+        ->capture_default_str();
+
+    demo_options demo_opts;
+    CLI::App* demo = app.add_subcommand("demo", "generate a corpus, serve it and drive it with the built-in load");
+    demo->add_option("--rows", demo_opts.rows, "corpus rows")->capture_default_str();
+    demo->add_option("--dim", demo_opts.dim, "corpus dimension")->capture_default_str();
+    demo->add_option("--seed", demo_opts.seed, "corpus seed")->capture_default_str();
+    demo->add_option("--data-dir", demo_opts.data_dir, "where the corpus and the reports go")->capture_default_str();
+    demo->add_option("--connections", demo_opts.connections, "keep-alive connections")->capture_default_str();
+    demo->add_option("--duration", demo_opts.duration_seconds, "seconds of load")->capture_default_str();
+    demo->add_option("-k", demo_opts.k, "results per query")->capture_default_str();
+    demo->add_option("--healthz-interval-ms", demo_opts.healthz_interval_ms, "/healthz probe period")
+        ->capture_default_str();
+    demo->add_flag("!--no-progress", demo_opts.progress, "no progress bar");
+    add_mode_options(*demo, demo_opts.mode);
+
+    bench_options bench_opts;
+    CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");
+    bench->add_option("--rows", bench_opts.rows, "corpus rows")->capture_default_str();
+    bench->add_option("--dim", bench_opts.dim, "corpus dimension")->capture_default_str();
+    bench->add_option("--connections", bench_opts.connections, "keep-alive connections")->capture_default_str();
+    bench->add_option("--duration", bench_opts.duration_seconds, "seconds per run")->capture_default_str();
+    bench->add_option("--rounds", bench_opts.rounds, "rounds (each runs every variant once)")->capture_default_str();
+    bench->add_option("-k", bench_opts.k, "results per query")->capture_default_str();
+    bench->add_option("--batch", bench_opts.max_batch, "tenferro batch bound")->capture_default_str();
+    bench->add_option("--io-threads", bench_opts.tenferro_io_threads, "I/O threads of the tenferro server")
+        ->capture_default_str();
+    bench
+        ->add_option("--inline-io-threads", bench_opts.inline_io_threads,
+                     "I/O threads of the inline server (0: one per core)")
+        ->capture_default_str();
+    bench->add_option("--healthz-interval-ms", bench_opts.healthz_interval_ms, "/healthz probe period")
+        ->capture_default_str();
+    bench->add_option("--json", bench_opts.json_path, "also write every run as a JSON line to this file");
+
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        if (demo->parsed()) return run_demo(demo_opts);
+        if (bench->parsed()) return run_bench(bench_opts);
+        return serve(std::move(serve_opts));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tenferro-search: %s\n", e.what());
+        return 1;
+    }
+}
