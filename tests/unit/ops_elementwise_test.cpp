@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -358,6 +360,55 @@ TEST_CASE("unary ops on rank-0 and empty inputs", "[elementwise]") {
     CHECK(std::ranges::equal(z.shape(), shape_t{0, 4}));
 }
 
+TEST_CASE("every unary op and scale / axpby on rank-0 and broadcast inputs on every target", "[elementwise]") {
+    cpu_backend cpu(two_permits());
+    const std::vector<double> row_values = {0.75, 2.5, 0.03125};  // inside every op's domain
+    for_each_target([&](const std::string& target) {
+        for (const dtype t : {dtype::f32, dtype::f64}) {
+            tensor scalar = tensor_of(t, {row_values[0]}, {});
+            tensor row = tensor_of(t, row_values, {3});
+            const const_tensor_view broadcast = row.broadcast_to({300, 3});  // strides [0, 1]
+            for (const auto& c : unary_cases) {
+                INFO(target << " " << c.name << " " << to_string(t));
+                const std::uint64_t bound = t == dtype::f32 ? c.f32_ulp : c.f64_ulp;
+                auto [r0, rb, rr] = in_session(cpu, 1, [&](backend_session& s) {
+                    return std::tuple{(s.*c.fn)(scalar), (s.*c.fn)(broadcast), (s.*c.fn)(row)};
+                });
+                REQUIRE(r0.rank() == 0);
+                REQUIRE(std::ranges::equal(rb.shape(), shape_t{300, 3}));
+                const auto xr = values_of(row);
+                CHECK(ulps(t, values_of(r0)[0], c.ref(static_cast<long double>(xr[0]))) <= bound);
+                // Every broadcast row equals the op on the row itself, bit for bit.
+                const auto got = values_of(rb), once = values_of(rr);
+                std::size_t differing = 0;
+                for (std::size_t i = 0; i < got.size(); ++i)
+                    if (std::memcmp(&got[i], &once[i % 3], sizeof(double)) != 0) ++differing;
+                CHECK(differing == 0);
+                for (std::size_t j = 0; j < 3; ++j)
+                    CHECK(ulps(t, once[j], c.ref(static_cast<long double>(xr[j]))) <= bound);
+            }
+            INFO(target << " scale / axpby " << to_string(t));
+            tensor y0 = tensor_of(t, {-2.0}, {});
+            tensor out3 = tensor_of(t, {0.0, 0.0, 0.0}, {3});
+            tensor yb = tensor_of(t, std::vector<double>(900, 1.0), {300, 3});
+            auto [sc0, scb] = in_session(cpu, 1, [&](backend_session& s) {
+                s.axpby(2.0, scalar, 3.0, y0);                  // y0 = 2 * 0.75 + 3 * -2
+                s.axpby_into(4.0, scalar, 0.5, row, out3);       // rank-0 x broadcast against y
+                return std::pair{s.scale(scalar, -4.0), s.scale(broadcast, 2.0)};
+            });
+            CHECK(values_of(y0)[0] == 2.0 * 0.75 + 3.0 * -2.0);
+            CHECK(values_of(sc0)[0] == -3.0);
+            const auto o3 = values_of(out3);
+            for (std::size_t j = 0; j < 3; ++j) CHECK(o3[j] == 4.0 * 0.75 + 0.5 * values_of(row)[j]);
+            const auto sb = values_of(scb);
+            for (std::size_t i = 0; i < sb.size(); ++i) CHECK(sb[i] == 2.0 * values_of(row)[i % 3]);
+            in_session(cpu, 1, [&](backend_session& s) { s.axpby(1.0, broadcast, -1.0, yb); });
+            const auto ybv = values_of(yb);
+            for (std::size_t i = 0; i < ybv.size(); ++i) CHECK(ybv[i] == values_of(row)[i % 3] - 1.0);
+        }
+    });
+}
+
 TEST_CASE("scale and axpby", "[elementwise]") {
     cpu_backend cpu(two_permits());
     for_each_target([&](const std::string& target) {
@@ -489,7 +540,7 @@ TEST_CASE("elementwise results are bitwise identical at parallelism 1 and 2", "[
     }
 }
 
-TEST_CASE("every binary and unary op, both forms, is bitwise identical at parallelism 1 and 2 on every target",
+TEST_CASE("every binary and unary op (both forms) is bitwise identical at parallelism 1 and 2 on every target",
           "[elementwise]") {
     cpu_backend cpu(two_permits());
     // Above the parallel threshold for every op, with a ragged last chunk.
