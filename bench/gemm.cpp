@@ -60,7 +60,8 @@ struct options {
     bool cpu_clock = false;
     std::vector<std::int64_t> small_sizes{8, 16, 32, 64};
     std::vector<std::int64_t> session_sizes{8, 16, 32, 64};
-    std::vector<std::string> shapes{"1x1024x1024", "1x4096x4096", "16x1024x1024", "1024x16x1024", "4096x4x4096"};
+    std::vector<std::string> shapes{"1x1024x1024",  "1x4096x4096", "1x5000x128",  "16x1024x1024",
+                                    "1024x16x1024", "1024x1x1024", "4096x4x4096", "1000x3x300"};
 };
 
 std::vector<std::string> split(const std::string& s) {

@@ -118,7 +118,9 @@ packed_b_key packed_b_key_of(const gemm_plan& plan) noexcept;
 /// Packs B (k x n, element (p, j) at b[p * b_row_stride + j * b_col_stride]) into `packed`.
 void pack_b(const gemm_plan& plan, const void* b, std::int64_t b_row_stride, std::int64_t b_col_stride, void* packed);
 /// As gemm, with B taken from `packed` (made by pack_b for a plan with the same packed_b_key);
-/// op.b and its strides are ignored. Results are bitwise identical to gemm's.
+/// op.b is not read, but op.b_row_stride / op.b_col_stride must still be those of the B that was
+/// packed: like gemm, the call picks its path from the shape and the strides (see docs/gemm.md,
+/// "Dot path"). Results are bitwise identical to gemm's.
 void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed, void* scratch,
                       gemm_runner run);
 void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed,

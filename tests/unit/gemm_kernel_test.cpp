@@ -285,9 +285,10 @@ void run_case(const shape& s, layout l, const ab& coef, int threads, std::mt1993
 }
 
 const shape accuracy_shapes[] = {
-    {1, 1, 1},      {1, 1, 7},    {1, 1000, 257}, {1000, 1, 257}, {3, 17, 255}, {17, 3, 257},   {255, 257, 17},
-    {257, 255, 3},  {1, 3, 1000}, {3, 1, 1000},   {17, 17, 1000}, {8, 8, 8},    {6, 300, 1000}, {700, 50, 300},
-    {4, 1000, 257}, {16, 16, 16}, {32, 32, 32},   {64, 64, 64},   {65, 63, 31}, {100, 9, 300},  {9, 100, 300},
+    {1, 1, 1},      {1, 1, 7},      {1, 1000, 257}, {1000, 1, 257}, {3, 17, 255},   {17, 3, 257},
+    {255, 257, 17}, {257, 255, 3},  {1, 3, 1000},   {3, 1, 1000},   {17, 17, 1000}, {8, 8, 8},
+    {6, 300, 1000}, {700, 50, 300}, {16, 4, 31},    {100, 2, 1000}, {1, 16, 5},     {4, 1000, 257},
+    {16, 16, 16},   {32, 32, 32},   {64, 64, 64},   {65, 63, 31},   {100, 9, 300},  {9, 100, 300},
 };
 
 template <class T>
@@ -362,9 +363,10 @@ template <class T>
 void threads_bitwise() {
     for_each_target([&](std::int64_t target) {
         std::mt19937 rng(42);
-        for (const shape& s :
-             {shape{257, 255, 1000}, shape{1000, 3, 300}, shape{64, 700, 64}, shape{96, 96, 96}, shape{513, 130, 40}}) {
-            for (layout l : {layout::row_major, layout::strided_c}) {
+        for (const shape& s : {shape{257, 255, 1000}, shape{1000, 3, 300}, shape{64, 700, 64}, shape{96, 96, 96},
+                               shape{513, 130, 40}, shape{2, 3000, 300}, shape{7, 2000, 600}, shape{1000, 40, 300},
+                               shape{1, 5000, 100}, shape{3000, 2, 100}, shape{2000, 4, 33}}) {
+            for (layout l : {layout::row_major, layout::strided_c, layout::mixed, layout::transposed}) {
                 operands<T> in(s.m, s.n, s.k, l, rng, false);
                 strided<T> c1 = in.c0, c2 = in.c0, c3 = in.c0;
                 const auto p1 = k::plan_gemm(type_of<T>(), s.m, s.n, s.k, 1);
@@ -402,9 +404,9 @@ template <class T>
 void prepacked_equal() {
     for_each_target([&](std::int64_t target) {
         std::mt19937 rng(5);
-        for (const shape& s :
-             {shape{1, 1, 1}, shape{8, 8, 8}, shape{1, 300, 700}, shape{300, 1, 70}, shape{257, 255, 1000},
-              shape{33, 5, 600}, shape{64, 64, 64}, shape{5, 900, 300}, shape{300, 40, 300}}) {
+        for (const shape& s : {shape{1, 1, 1}, shape{8, 8, 8}, shape{1, 300, 700}, shape{300, 1, 70},
+                               shape{257, 255, 1000}, shape{33, 5, 600}, shape{64, 64, 64}, shape{5, 900, 300},
+                               shape{300, 40, 300}, shape{40, 4, 300}, shape{1, 40, 1000}, shape{100, 2, 17}}) {
             for (layout l : {layout::row_major, layout::transposed, layout::negative, layout::mixed}) {
                 for (int threads : {1, 2}) {
                     operands<T> in(s.m, s.n, s.k, l, rng, false);
