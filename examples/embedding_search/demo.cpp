@@ -219,7 +219,7 @@ void write_mode(json_writer& w, const trial_result& t) {
     w.field("mode", t.mode.inline_compute ? "inline" : "tenferro");
     w.field("io_threads", t.mode.io_threads).field("permits", t.permits);
     w.field("max_batch", t.mode.max_batch);
-    if (!t.mode.inline_compute) w.field("max_waiters", t.mode.max_waiters);
+    if (!t.mode.inline_compute) w.field("max_waiters", t.mode.max_waiters).field("compute_nice", t.mode.compute_nice);
     w.end_object();
 }
 
@@ -499,6 +499,7 @@ int run_bench(const bench_options& o) {
     server_mode tenferro_mode;
     tenferro_mode.io_threads = o.tenferro_io_threads;
     tenferro_mode.max_batch = o.max_batch;
+    tenferro_mode.compute_nice = o.compute_nice;
     variants.push_back({"tenferro", tenferro_mode});
     if (o.max_batch > 1) {
         server_mode single = tenferro_mode;

@@ -94,6 +94,9 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
         ->capture_default_str();
     app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
         ->capture_default_str();
+    app.add_option("--compute-nice", mode.compute_nice,
+                   "nice value of the compute workers, below the I/O threads' (0: leave them)")
+        ->capture_default_str();
     app.add_flag("--inline", mode.inline_compute,
                  "baseline without tenferro admission: compute on the I/O threads that parsed the request");
 }
@@ -156,6 +159,8 @@ int main(int argc, char** argv) {
     bench->add_option("--rounds", bench_opts.rounds, "rounds (each runs every variant once)")->capture_default_str();
     bench->add_option("-k", bench_opts.k, "results per query")->capture_default_str();
     bench->add_option("--batch", bench_opts.max_batch, "tenferro batch bound")->capture_default_str();
+    bench->add_option("--compute-nice", bench_opts.compute_nice, "nice value of tenferro's compute workers")
+        ->capture_default_str();
     bench->add_option("--io-threads", bench_opts.tenferro_io_threads, "I/O threads of the tenferro server")
         ->capture_default_str();
     bench

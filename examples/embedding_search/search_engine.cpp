@@ -1,5 +1,8 @@
 #include "search_engine.hpp"
 
+#include <unistd.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <exception>
 #include <limits>
@@ -53,6 +56,7 @@ engine_options engine_options_for(const server_mode& mode) {
     engine_options o;
     o.inline_compute = mode.inline_compute;
     o.max_batch = mode.inline_compute ? 1 : std::max<std::size_t>(1, mode.max_batch);
+    o.compute_nice = mode.inline_compute ? 0 : mode.compute_nice;
     return o;
 }
 
@@ -124,6 +128,13 @@ bool search_engine::withdraw(const pending_query* q) {
 void search_engine::run_session(tf::backend_session& s, pending_query* own) noexcept {
     const auto started = clock_type::now();
     admission_wait_.record(started - own->entered);
+    if (options_.compute_nice != 0 && !options_.inline_compute) {
+        thread_local bool lowered = false;  // once per compute worker
+        if (!lowered) {
+            lowered = true;
+            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.compute_nice);
+        }
+    }
     sessions_.fetch_add(1, std::memory_order_relaxed);
 
     // Take this entry's own query first (if no earlier session took it), then

@@ -30,6 +30,11 @@ struct engine_options {
     bool inline_compute = false;
     /// The most queries one session scores together (1: one query per matmul).
     std::size_t max_batch = 16;
+    /// Nice value the compute workers give themselves when they first run a
+    /// search (Linux: per thread), so that a saturated compute pool yields the
+    /// CPU to the I/O threads at once; 0 leaves them alone. Not for inline
+    /// compute, whose bodies run on the I/O threads.
+    int compute_nice = 0;
 };
 
 /// How one run of the server is set up.
@@ -39,6 +44,7 @@ struct server_mode {
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
     std::size_t max_waiters = 4096; ///< tenferro queue bound (503 beyond it)
     std::size_t max_batch = 16;
+    int compute_nice = 0;  ///< see `engine_options::compute_nice`
 };
 
 /// The backend a `server_mode` needs: inline gets one permit per I/O thread

@@ -230,6 +230,7 @@ TEST_CASE("healthz and stats", "[embedding_search]") {
     CHECK(health.body == "{\"status\":\"ok\"}\n");
 
     f.call(search_request(query_near_row(test_corpus(), 1, 0.5, 1), 3));
+    f.call(search_request(query_near_row(test_corpus(), 2, 0.5, 1), 3));
     const http_reply stats = f.call(make_request("GET", "/v1/stats"));
     REQUIRE(stats.status == 200);
     simdjson::dom::parser parser;
@@ -237,9 +238,12 @@ TEST_CASE("healthz and stats", "[embedding_search]") {
     REQUIRE_FALSE(parser.parse(stats.body).get(doc));
     CHECK(doc["admission"]["permits"].get_uint64().value() == 2);
     CHECK(doc["admission"]["completed"].get_uint64().value() >= 1);
-    CHECK(doc["requests"]["responses"]["200"].get_uint64().value() >= 2);
+    CHECK(doc["requests"]["responses"]["200"].get_uint64().value() >= 3);
     CHECK(doc["corpus"]["rows"].get_int64().value() == test_rows);
-    CHECK(doc["latency_ms"]["search"]["count"].get_uint64().value() == 1);
+    CHECK(doc["latency_ms"]["search"]["count"].get_uint64().value() == 2);
+    // The second search reuses the first one's plan from the backend's runtime cache.
+    CHECK(doc["runtime_cache"]["entries"].get_uint64().value() >= 1);
+    CHECK(doc["runtime_cache"]["hits"].get_uint64().value() >= 1);
 }
 
 TEST_CASE("every bad input gets its status code and names the field", "[embedding_search]") {
