@@ -483,6 +483,24 @@ int run_demo(const demo_options& o) {
     return ok ? 0 : 1;
 }
 
+namespace {
+
+/// How late a thread sleeping 10 ms wakes up, p99 over `samples` sleeps (ms):
+/// the floor that the machine's other load puts under any latency measured
+/// here. An idle machine shows about 0.1 ms.
+double wakeup_lateness_p99_ms(int samples = 200) {
+    std::vector<double> late;
+    for (int i = 0; i < samples; ++i) {
+        const auto t = clock_type::now() + std::chrono::milliseconds(10);
+        std::this_thread::sleep_until(t);
+        late.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t).count());
+    }
+    std::sort(late.begin(), late.end());
+    return late[std::size_t(0.99 * double(samples - 1))];
+}
+
+}  // namespace
+
 int run_bench(const bench_options& o) {
     std::printf("tenferro-search bench: %zu connections, %.0f s per run, %d rounds, corpus %lld x %lld\n",
                 o.connections, o.duration_seconds, o.rounds, static_cast<long long>(o.rows),
@@ -517,6 +535,10 @@ int run_bench(const bench_options& o) {
     setup.k = o.k;
     setup.healthz_interval_ms = o.healthz_interval_ms;
     setup.seed = o.seed;
+
+    const double floor_before = wakeup_lateness_p99_ms();
+    std::printf("scheduler floor before the runs: a 10 ms sleep wakes up late by %.2f ms (p99)\n", floor_before);
+    std::fflush(stdout);
 
     std::ofstream json_lines;
     if (!o.json_path.empty()) json_lines.open(o.json_path);
@@ -568,6 +590,8 @@ int run_bench(const bench_options& o) {
     std::printf("\ntenferro / inline: req/s x%.2f, p99 x%.2f; /healthz p99 %.2f ms vs %.2f ms\n",
                 in_rps > 0 ? tf_rps / in_rps : 0.0, in_p99 > 0 ? tf_p99 / in_p99 : 0.0, healthz_p99["tenferro"],
                 healthz_p99["inline"]);
+    const double floor_after = wakeup_lateness_p99_ms();
+    std::printf("scheduler floor after the runs: %.2f ms (p99 wake-up lateness of a 10 ms sleep)\n", floor_after);
     const bool healthz_ok = healthz_p99["tenferro"] < 5.0;
     std::printf("/healthz p99 under 5 ms: tenferro %s, inline %s\n", healthz_ok ? "yes" : "NO",
                 healthz_p99["inline"] < 5.0 ? "yes" : "no");
