@@ -23,8 +23,6 @@
 #include <memory>
 #include <string>
 
-#include <hwy/targets.h>
-
 #include "cpu_session.hpp"
 #include "kernels/gemm.hpp"
 #include "ops/op_support.hpp"
@@ -403,7 +401,7 @@ std::string plan_key(char tag, const const_tensor_view& a, const const_tensor_vi
     key_builder k(tag);
     k.add(static_cast<std::int64_t>(threads));
     // Kernel plans belong to one Highway target (tests switch targets).
-    k.add(hwy::SupportedTargets());
+    k.add(kernels::gemm_target());  // not hwy::SupportedTargets(): that re-runs CPUID (a VM exit) per call
     k.add_view(a);
     k.add_view(b);
     if (cfg) {
