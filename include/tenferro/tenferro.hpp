@@ -9,6 +9,7 @@
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/execution_scope.hpp"
+#include "tenferro/io.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/tensor.hpp"

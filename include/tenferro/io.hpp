@@ -1,0 +1,325 @@
+#pragma once
+/// \file
+/// Asynchronous tensor file I/O: `.npy` files (numpy's array format) read into a
+/// `tensor` and written from any `const_tensor_view`, on io_uring where the kernel
+/// offers it and on a small pread/pwrite thread pool otherwise.
+///
+/// ```cpp
+/// asio::awaitable<void> reload(asio::any_io_executor ex) {
+///     tensor w = co_await tenferro::async_read_npy(ex, "weights.npy");      // throws std::system_error
+///     co_await tenferro::async_write_npy(ex, "weights.bak.npy", w);         // atomic replace
+///     auto [ec, t] = co_await tenferro::async_read_npy(ex, "maybe.npy",
+///     asio::experimental::as_tuple(asio::use_awaitable));
+/// }
+/// ```
+///
+/// ## Format
+///
+/// `.npy` versions 1.0, 2.0 and 3.0; dtypes `<f4 <f8 <i4 <i8` (`f32 f64 i32 i64`) and their
+/// big-endian `>` forms (byte-swapped on read), `=` and `|` meaning native; rank 0 to 8.
+/// A file with `fortran_order: True` is read into a row-major tensor holding the same
+/// values (the data is read into a scratch buffer and transposed: one extra copy and,
+/// briefly, twice the memory). Writing produces exactly the bytes `numpy.save` produces:
+/// version 1.0, little-endian descr, the data aligned to 64 bytes; a view that is Fortran-
+/// contiguous (a transposed tensor) is written as-is with `fortran_order: True`, any other
+/// non-contiguous view is first gathered into a contiguous buffer.
+///
+/// ## Errors
+///
+/// Format problems arrive as `npy_errc` codes (category `npy_category()`); OS errors as
+/// `std::system_category()` codes (`ENOENT`, `EACCES`, `ENOTDIR`, `EISDIR`, `ENOSPC`, `ENOMEM`
+/// when the tensor cannot be allocated, ...); a cancelled operation with
+/// `asio::error::operation_aborted`. With the default token `asio::use_awaitable` an error
+/// is thrown as `std::system_error` whose `what()` names the function and the path; other
+/// tokens receive the bare `std::error_code`.
+///
+/// ## Execution and cancellation
+///
+/// The initiating functions never block and never run the handler inline. The I/O itself
+/// runs on tenferro's process-wide I/O backend (`active_io_backend()`), and the handler is
+/// then posted to its associated executor (the `executor` argument by default), whose
+/// outstanding work is tracked meanwhile, as with any Asio I/O object. Every cancellation
+/// type (terminal, partial, total) is supported through the handler's associated
+/// cancellation slot: the operation stops at its next request boundary (requests already
+/// in flight, at most a few MiB, finish first) and completes with `operation_aborted`.
+/// A cancelled or failed read allocates nothing the caller sees; a cancelled or failed
+/// write leaves the destination untouched (see `async_write_npy`).
+
+#include <concepts>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <memory_resource>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/execution.hpp>
+#include <asio/is_executor.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "tenferro/npy_error.hpp"
+#include "tenferro/tensor.hpp"
+
+namespace tenferro {
+
+/// Limits applied while reading, before anything is allocated.
+struct npy_read_options {
+    /// The largest data section accepted; a header describing more fails with
+    /// `npy_errc::shape_overflow` (whatever the file's size).
+    std::uint64_t max_data_bytes = std::numeric_limits<std::int64_t>::max();
+    /// The largest header (the dict after the length field) accepted; a longer one
+    /// fails with `npy_errc::header_too_large`. numpy writes ~128 bytes for rank <= 8.
+    std::uint32_t max_header_bytes = 64 * 1024;
+    /// Where the tensor's storage comes from (see `tensor::empty`); null: `::operator new`.
+    /// A `buffer_pool` here lets repeated loads reuse memory that is already faulted in,
+    /// which for large files costs more than the copy from the page cache itself
+    /// (docs/io.md).
+    std::shared_ptr<std::pmr::memory_resource> memory_resource = nullptr;
+};
+
+/// Which mechanism carries tenferro's file I/O in this process.
+enum class io_backend {
+    io_uring,     ///< one io_uring instance (liburing) and one completion thread
+    thread_pool,  ///< blocking open/pread/pwrite/fsync on a small thread pool
+};
+
+/// The backend in use; the first call (or the first I/O operation) decides it once per
+/// process: io_uring when tenferro was built with it, the environment variable
+/// `TENFERRO_IO_URING` is not `0`, and the kernel lets a ring be set up with every
+/// operation needed; the thread pool otherwise.
+io_backend active_io_backend() noexcept;
+
+/// `"io_uring"` or `"thread_pool"`.
+std::string_view to_string(io_backend b) noexcept;
+
+namespace detail {
+
+/// The library half of one `.npy` operation (src/io/npy_io.cpp): created, then
+/// started once; `cancel` may be called from any thread at any time, also after
+/// completion (then it does nothing).
+class npy_operation {
+public:
+    virtual ~npy_operation() = default;
+    virtual void start() noexcept = 0;
+    virtual void cancel() noexcept = 0;
+};
+
+/// Receives the outcome of a read exactly once, on a backend thread (or, for an
+/// error found before any I/O, inside `start`).
+class npy_read_receiver {
+public:
+    virtual void complete(std::error_code ec, tensor result) noexcept = 0;
+
+protected:
+    ~npy_read_receiver() = default;
+};
+
+/// Receives the outcome of a write exactly once, as `npy_read_receiver`.
+class npy_write_receiver {
+public:
+    virtual void complete(std::error_code ec) noexcept = 0;
+
+protected:
+    ~npy_write_receiver() = default;
+};
+
+std::shared_ptr<npy_operation> make_read_npy_op(std::filesystem::path path, const npy_read_options& options,
+                                                npy_read_receiver& receiver);
+std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view,
+                                                 npy_write_receiver& receiver);
+
+/// Holds the handler and the outstanding work of its executor; on completion posts
+/// the handler to that executor, where the cancellation slot is also cleared (the
+/// slot belongs to the handler's side and may only be touched there).
+template <class Handler, class IoExecutor, class Receiver, class... Args>
+class npy_completion final : public Receiver {
+    using work_executor = std::decay_t<decltype(asio::prefer(
+        asio::get_associated_executor(std::declval<Handler&>(), std::declval<const IoExecutor&>()),
+        asio::execution::outstanding_work.tracked))>;
+
+public:
+    npy_completion(Handler&& handler, const IoExecutor& io_executor)
+        : handler_(std::move(handler)),
+          work_(asio::prefer(asio::get_associated_executor(handler_, io_executor),
+                             asio::execution::outstanding_work.tracked)) {}
+
+    void complete(Args... args) noexcept override {
+        // Move everything out first: `this` is gone before the handler runs.
+        work_executor work = std::move(work_);
+        Handler handler = std::move(handler_);
+        delete this;
+        asio::post(work, [handler = std::move(handler), ... args = std::move(args)]() mutable {
+            auto slot = asio::get_associated_cancellation_slot(handler);
+            if (slot.is_connected()) slot.clear();
+            std::move(handler)(std::move(args)...);
+        });
+    }
+
+private:
+    Handler handler_;
+    work_executor work_;
+};
+
+/// Starts `op` with the handler's cancellation slot (if connected) forwarding to it.
+template <class Slot>
+void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
+    if (slot.is_connected()) {
+        slot.assign([op](asio::cancellation_type_t type) {
+            if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial |
+                         asio::cancellation_type::total)) != asio::cancellation_type::none)
+                op->cancel();
+        });
+    }
+    op->start();
+}
+
+struct initiate_read_npy {
+    template <class Handler, class IoExecutor>
+    void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
+                    const npy_read_options& options) const {
+        using completion =
+            npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, std::error_code, tensor>;
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        auto* receiver = new completion(std::move(handler), io_executor);
+        std::shared_ptr<npy_operation> op;
+        try {
+            op = make_read_npy_op(std::move(path), options, *receiver);
+        } catch (...) {
+            delete receiver;
+            throw;
+        }
+        start_npy_operation(slot, std::move(op));
+    }
+};
+
+struct initiate_write_npy {
+    template <class Handler, class IoExecutor>
+    void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
+                    const_tensor_view view) const {
+        using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver, std::error_code>;
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        auto* receiver = new completion(std::move(handler), io_executor);
+        std::shared_ptr<npy_operation> op;
+        try {
+            op = make_write_npy_op(std::move(path), view, *receiver);
+        } catch (...) {
+            delete receiver;
+            throw;
+        }
+        start_npy_operation(slot, std::move(op));
+    }
+};
+
+/// `function: 'path'`, the prefix of the exceptions thrown for `use_awaitable`.
+std::string npy_error_context(std::string_view function, const std::filesystem::path& path);
+
+/// Recognises the plain `asio::use_awaitable_t<Executor>` token (not wrapped in an adapter).
+template <class T>
+struct plain_use_awaitable : std::false_type {};
+template <class Executor>
+struct plain_use_awaitable<asio::use_awaitable_t<Executor>> : std::true_type {
+    using executor_type = Executor;
+};
+
+template <class T>
+concept io_executor = asio::execution::is_executor<T>::value || asio::is_executor<T>::value;
+
+// For the default token the outcome is awaited through redirect_error, so that the
+// exception can name the path (asio would throw a bare system_error).
+template <class AwaitableExecutor, class IoExecutor>
+asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
+                                                              npy_read_options options) {
+    std::error_code ec;
+    auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
+    tensor result = co_await asio::async_initiate<decltype(token), void(std::error_code, tensor)>(
+        initiate_read_npy{}, token, io_executor, path, options);
+    if (ec) throw std::system_error(ec, npy_error_context("async_read_npy", path));
+    co_return result;
+}
+
+template <class AwaitableExecutor, class IoExecutor>
+asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
+                                                             const_tensor_view view) {
+    std::error_code ec;
+    auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
+    co_await asio::async_initiate<decltype(token), void(std::error_code)>(initiate_write_npy{}, token, io_executor,
+                                                                          path, view);
+    if (ec) throw std::system_error(ec, npy_error_context("async_write_npy", path));
+}
+
+}  // namespace detail
+
+/// Reads the `.npy` file at `path` into a new row-major tensor.
+///
+/// Completion signature `void(std::error_code, tensor)`; on error the tensor is empty
+/// (default-constructed). The header is validated against the file's size before the
+/// tensor is allocated, so a header describing more (or less) data than the file holds
+/// fails with `truncated_data` (`trailing_data`) without allocating. The data is read
+/// straight into the tensor's 64-byte aligned storage, in chunks with several requests
+/// in flight. The handler runs on its associated executor (default: `executor`);
+/// cancellation as described in the file comment.
+///
+/// With the default token, `tensor t = co_await async_read_npy(ex, path);` throws
+/// `std::system_error` naming `path` on failure.
+template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
+auto async_read_npy(const Executor& executor, std::filesystem::path path, const npy_read_options& options,
+                    CompletionToken&& token = {}) {
+    using token_traits = detail::plain_use_awaitable<std::decay_t<CompletionToken>>;
+    if constexpr (token_traits::value) {
+        using awaitable_executor = typename token_traits::executor_type;
+        return detail::read_npy_awaitable<awaitable_executor>(executor, std::move(path), options);
+    } else {
+        return asio::async_initiate<CompletionToken, void(std::error_code, tensor)>(detail::initiate_read_npy{}, token,
+                                                                                    executor, std::move(path), options);
+    }
+}
+
+/// `async_read_npy` with the default `npy_read_options`.
+template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
+    requires(!std::same_as<std::remove_cvref_t<CompletionToken>, npy_read_options>)
+auto async_read_npy(const Executor& executor, std::filesystem::path path, CompletionToken&& token = {}) {
+    return async_read_npy(executor, std::move(path), npy_read_options{}, std::forward<CompletionToken>(token));
+}
+
+/// Writes `view` to `path` as a `.npy` file, atomically replacing any file there.
+///
+/// Completion signature `void(std::error_code)`. `view` is not copied: the memory it
+/// views must stay valid and unmodified until the handler runs (as Asio requires of
+/// buffers). The file is written to a temporary in the same directory (an unnamed
+/// `O_TMPFILE` inode where the file system supports it, else `.NAME.tenferro-XXXXXX`),
+/// flushed with `fsync`, and renamed over `path`; the directory is then synced (best
+/// effort). On any error or cancellation before the rename the temporary is removed and
+/// `path` is untouched; a process killed mid-write leaves no file behind with `O_TMPFILE`
+/// (and a `.NAME.tenferro-*` file without it). A cancellation that arrives once the
+/// rename has started is too late: the operation then succeeds. The new file's mode is
+/// `0666 & ~umask`, as for any new file.
+///
+/// With the default token, `co_await async_write_npy(ex, path, view);` throws
+/// `std::system_error` naming `path` on failure.
+template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
+auto async_write_npy(const Executor& executor, std::filesystem::path path, const_tensor_view view,
+                     CompletionToken&& token = {}) {
+    using token_traits = detail::plain_use_awaitable<std::decay_t<CompletionToken>>;
+    if constexpr (token_traits::value) {
+        using awaitable_executor = typename token_traits::executor_type;
+        return detail::write_npy_awaitable<awaitable_executor>(executor, std::move(path), view);
+    } else {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(detail::initiate_write_npy{}, token,
+                                                                            executor, std::move(path), view);
+    }
+}
+
+}  // namespace tenferro
