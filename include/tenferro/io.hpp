@@ -38,10 +38,12 @@
 /// The initiating functions never block and never run the handler inline. The I/O itself
 /// runs on tenferro's process-wide I/O backend (`active_io_backend()`), and the handler is
 /// then posted to its associated executor (the `executor` argument by default), whose
-/// outstanding work is tracked meanwhile, as with any Asio I/O object. Every cancellation
-/// type (terminal, partial, total) is supported through the handler's associated
-/// cancellation slot: the operation stops at its next request boundary (requests already
-/// in flight, at most a few MiB, finish first) and completes with `operation_aborted`.
+/// outstanding work is tracked meanwhile, as with any Asio I/O object; that executor's
+/// execution context must outlive the operation (do not destroy an io_context with
+/// tenferro I/O pending on it). Every cancellation type (terminal, partial, total) is
+/// supported through the handler's associated cancellation slot: the operation stops at
+/// its next request boundary (requests already in flight, at most 16 MiB, finish first)
+/// and completes with `operation_aborted`.
 /// A cancelled or failed read allocates nothing the caller sees; a cancelled or failed
 /// write leaves the destination untouched (see `async_write_npy`).
 
