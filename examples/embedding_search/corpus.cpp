@@ -5,6 +5,10 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <system_error>
+
+#include <asio/this_coro.hpp>
+#include <tenferro/io.hpp>
 
 namespace tf = tenferro;
 
@@ -41,20 +45,35 @@ void normalise(float* row, std::int64_t n) noexcept {
     for (std::int64_t j = 0; j < n; ++j) row[j] = static_cast<float>(double(row[j]) * inverse);
 }
 
+/// As `normalise`, but leaves a row whose length is already 1 to f32 precision
+/// untouched, so that a saved generated corpus reads back bit for bit.
+void normalise_unless_unit(float* row, std::int64_t n) noexcept {
+    double norm_squared = 0.0;
+    for (std::int64_t j = 0; j < n; ++j) norm_squared += double(row[j]) * double(row[j]);
+    if (std::abs(norm_squared - 1.0) > 1e-6) normalise(row, n);
+}
+
 std::uint64_t row_stream(std::uint64_t seed, std::int64_t row) noexcept {
     std::uint64_t s = seed ^ (0xD1B54A32D192ED03ull * std::uint64_t(row + 1));
     return splitmix64(s);
 }
 
 asio::awaitable<tf::tensor> read_corpus_file(const std::string& path) {
-    // The .npy reader (tenferro::async_read_npy) is not part of this build yet.
-    throw std::runtime_error("cannot read corpus " + path + ": this build has no .npy reader; use --generate");
-    co_return tf::tensor{};
+    // Throws std::system_error naming the path (missing file, not .npy, truncated, ...).
+    const auto executor = co_await asio::this_coro::executor;
+    co_return co_await tf::async_read_npy(executor, path);
 }
 
 /// Saves a generated corpus; returns why it could not, or an empty string.
-asio::awaitable<std::string> write_corpus_file(const std::string& path, const tf::tensor& /*corpus*/) {
-    co_return "not saved to " + path + ": this build has no .npy writer";
+asio::awaitable<std::string> write_corpus_file(const std::string& path, const tf::tensor& corpus) {
+    const auto executor = co_await asio::this_coro::executor;
+    std::string failure;
+    try {
+        co_await tf::async_write_npy(executor, path, corpus);
+    } catch (const std::system_error& e) {
+        failure = std::string("not saved: ") + e.what();
+    }
+    co_return failure;
 }
 
 }  // namespace
@@ -100,6 +119,19 @@ asio::awaitable<tf::tensor> obtain_corpus(tf::cpu_backend& cpu, const corpus_sou
             throw std::runtime_error("corpus " + source.path + " must be a non-empty 2-D f32 array, got " +
                                      std::string(tf::to_string(corpus.type())) + " " + tf::to_string(corpus.shape()));
         }
+        // Scores are cosines only if every row has unit length; a file from
+        // elsewhere need not. (Rows of zeros stay zero: they score 0.)
+        float* const data = corpus.data<float>();
+        const std::int64_t rows = corpus.shape()[0], dim = corpus.shape()[1];
+        tf::session_options options;
+        options.permits = cpu.permits();
+        auto body = [data, rows, dim](tf::backend_session& s) {
+            s.parallel_for(rows, 1024, [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t r = begin; r < end; ++r) normalise_unless_unit(data + r * dim, dim);
+            });
+        };
+        tf::session_result<void> done = co_await cpu.with_backend_session(options, body);
+        if (!done) throw std::runtime_error("normalising the corpus: " + done.error().message());
     }
     info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (origin) *origin = std::move(info);

@@ -45,7 +45,10 @@ struct corpus_origin {
 };
 
 /// Reads or generates the corpus described by `source` (see `corpus_source`).
-/// \throws std::runtime_error naming the file for an unreadable or malformed corpus.
+/// A corpus read from a file gets its rows scaled to unit length (in a session
+/// on `cpu`), so that dot products are cosines whatever the file held.
+/// \throws std::system_error or std::runtime_error naming the file for an
+/// unreadable or malformed corpus.
 asio::awaitable<tenferro::tensor> obtain_corpus(tenferro::cpu_backend& cpu, const corpus_source& source,
                                                 corpus_origin* origin = nullptr);
 

@@ -338,8 +338,19 @@ tf::tensor load_corpus_for_demo(std::int64_t rows, std::int64_t dim, std::uint64
     source.seed = seed;
     source.path = path;
     std::error_code ec;
-    source.generate = path.empty() || !fs::exists(path, ec);
     tf::cpu_backend generator(tf::cpu_backend_options{});  // every core, just for building the corpus
+    if (!path.empty() && fs::exists(path, ec)) {
+        try {
+            tf::tensor corpus = run_blocking(obtain_corpus(generator, source, &origin));
+            if (corpus.shape()[0] == rows && corpus.shape()[1] == dim) return corpus;
+            std::printf("  (%s holds a %s corpus, not %lld x %lld: generating it again)\n", path.c_str(),
+                        tf::to_string(corpus.shape()).c_str(), static_cast<long long>(rows),
+                        static_cast<long long>(dim));
+        } catch (const std::exception& e) {
+            std::printf("  (%s: generating it again)\n", e.what());
+        }
+    }
+    source.generate = true;
     return run_blocking(obtain_corpus(generator, source, &origin));
 }
 
@@ -378,10 +389,11 @@ int run_demo(const demo_options& o) {
     const std::size_t permits = backend_options_for(o.mode, nullptr).permits;
     std::printf(
         "  server     127.0.0.1 (ephemeral port), %s: %zu permit%s, %zu I/O thread%s, batches of up to %zu, "
-        "queue bound %zu\n",
+        "queue bound %zu, compute workers at nice %d\n",
         o.mode.inline_compute ? "inline compute on the I/O threads" : "tenferro sessions", permits,
         permits == 1 ? "" : "s", o.mode.io_threads, o.mode.io_threads == 1 ? "" : "s",
-        o.mode.inline_compute ? std::size_t{1} : o.mode.max_batch, o.mode.max_waiters);
+        o.mode.inline_compute ? std::size_t{1} : o.mode.max_batch, o.mode.max_waiters,
+        o.mode.inline_compute ? 0 : o.mode.compute_nice);
     std::printf("  load       %zu keep-alive connections for %.0f s (k = %lld), /healthz probed every %d ms\n",
                 o.connections, o.duration_seconds, static_cast<long long>(o.k), o.healthz_interval_ms);
     std::fflush(stdout);

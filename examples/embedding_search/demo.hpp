@@ -34,7 +34,7 @@ struct bench_options {
     std::size_t tenferro_io_threads = 1;
     std::size_t inline_io_threads = 0;  ///< 0: one per core
     std::size_t max_batch = 16;
-    int compute_nice = 0;
+    int compute_nice = 19;
     std::string json_path;  ///< also write every run as JSON lines here
 };
 

@@ -68,7 +68,7 @@ std::string_view trim(std::string_view s) {
 }
 
 std::string error_body(std::string_view field, std::string_view message) {
-    return render_field_error({std::string(field), std::string(message)});
+    return render_field_error({std::string(field), std::string(message)}) + '\n';
 }
 
 void write_histogram(json_writer& w, std::string_view name, const histogram_snapshot& h) {
@@ -545,7 +545,7 @@ asio::awaitable<search_server::http_response> search_server::handle_search(std::
     auto query = parse_search_request(body, limits_);
     if (!query) {
         r.status = 400;
-        r.body = render_field_error(query.error());
+        r.body = render_field_error(query.error()) + '\n';
         co_return r;
     }
     search_outcome out = co_await engine_.search(std::move(*query));
@@ -629,7 +629,7 @@ std::string search_server::stats_json() const {
     w.end_object();
     w.key("batching").begin_object();
     w.field("max_batch", engine_.options().max_batch).field("sessions", e.sessions).field("batches", e.batches);
-    w.field("queries", e.batched_queries).field("largest", e.largest_batch);
+    w.field("queries", e.batched_queries).field("largest", e.largest_batch).field("handed_over", e.handed_over);
     w.field("mean", e.batches ? double(e.batched_queries) / double(e.batches) : 0.0);
     write_histogram(w, "compute_ms", e.batch_compute);
     w.end_object();

@@ -78,7 +78,7 @@ int serve(serve_options o) {
     o.server.handle_signals = true;
     search_server server(engine, o.server);
     server.start();
-    std::printf("tenferro-search: listening on http://%s:%u (%s, %zu permits, %zu I/O threads)\n",
+    std::printf("tenferro-search: listening on http://%s:%u (%s, %zu permit(s), %zu I/O thread(s))\n",
                 o.server.host.c_str(), unsigned(server.port()),
                 o.mode.inline_compute ? "inline compute" : "tenferro sessions", cpu.permits(), io_threads);
     std::fflush(stdout);
@@ -95,7 +95,7 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
     app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
         ->capture_default_str();
     app.add_option("--compute-nice", mode.compute_nice,
-                   "nice value of the compute workers, below the I/O threads' (0: leave them)")
+                   "nice value the compute workers give themselves, below the I/O threads' (0: leave them)")
         ->capture_default_str();
     app.add_flag("--inline", mode.inline_compute,
                  "baseline without tenferro admission: compute on the I/O threads that parsed the request");

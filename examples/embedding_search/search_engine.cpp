@@ -9,12 +9,16 @@
 #include <thread>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+
+#include "thread_priority.hpp"
 
 namespace tf = tenferro;
 using clock_type = std::chrono::steady_clock;
@@ -28,6 +32,7 @@ struct search_engine::pending_query {
 
     asio::any_io_executor executor;  // the owner's (serialising) executor
     asio::steady_timer wakeup;       // the owner waits on it while another session computes its query
+    asio::cancellation_signal withdraw_entry;  // emitted (on `executor`) once another session took the query
     search_query query;
     clock_type::time_point entered;
 
@@ -85,10 +90,13 @@ asio::awaitable<search_outcome> search_engine::search(search_query query) {
     options.where = options_.inline_compute ? tf::placement::caller : tf::placement::compute;
     pending_query* const own = q.get();
     auto body = [this, own](tf::backend_session& s) { run_session(s, own); };
-    const tf::session_result<void> admitted = co_await cpu_.with_backend_session(options, std::move(body));
+    // When another session takes this query into its batch, it cancels this
+    // entry (if still queued), so that no permit is spent on an empty session.
+    auto token = asio::bind_cancellation_slot(own->withdraw_entry.slot(), asio::use_awaitable);
+    const tf::session_result<void> admitted = co_await cpu_.with_backend_session(options, std::move(body), token);
 
     search_outcome outcome;
-    if (!admitted && withdraw(own)) {
+    if (!admitted && admitted.error().code() != tf::session_entry_errc::cancelled && withdraw(own)) {
         // Nothing computed the query: shed it. `contended` is the queue bound
         // (max_waiters); `executor` means the backend is shutting down.
         const auto code = admitted.error().code();
@@ -99,8 +107,9 @@ asio::awaitable<search_outcome> search_engine::search(search_query query) {
         co_return outcome;
     }
     // Either this entry's own session computed the query (its completion
-    // publishes the result), or another session took it: wait for the
-    // hand-off that session posts to this executor.
+    // publishes the result), or another session took it (and cancelled this
+    // entry, or found it admitted already): wait for the hand-off that session
+    // posts to this executor.
     if (!own->computed_by_owner) {
         while (!own->signalled) {
             own->wakeup.expires_at(clock_type::time_point::max());
@@ -132,7 +141,7 @@ void search_engine::run_session(tf::backend_session& s, pending_query* own) noex
         thread_local bool lowered = false;  // once per compute worker
         if (!lowered) {
             lowered = true;
-            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.compute_nice);
+            set_thread_nice(options_.compute_nice);
         }
     }
     sessions_.fetch_add(1, std::memory_order_relaxed);
@@ -155,6 +164,10 @@ void search_engine::run_session(tf::backend_session& s, pending_query* own) noex
         }
     }
     if (batch.empty()) return;
+    for (const auto& q : batch) {
+        if (q.get() != own)
+            post_to_owner(q->executor, [q] { q->withdraw_entry.emit(asio::cancellation_type::terminal); });
+    }
 
     try {
         compute(s, batch);
@@ -177,17 +190,23 @@ void search_engine::run_session(tf::backend_session& s, pending_query* own) noex
         }
         // The post orders the writes above before the owner's read. The query
         // (and its timer) moves into the handler, so that this thread never
-        // drops the last reference to an object of the owner's io_context; and
-        // this thread counts as work on that context until it is done with its
-        // copies of the owner's executor, so the context cannot finish (and be
-        // destroyed) under them.
-        const asio::any_io_executor keep_running = asio::prefer(q->executor, asio::execution::outstanding_work.tracked);
-        const asio::any_io_executor owner = q->executor;
-        asio::post(owner, [q = std::move(q)] {
+        // drops the last reference to an object of the owner's io_context.
+        handed_over_.fetch_add(1, std::memory_order_relaxed);
+        const asio::any_io_executor owner = q->executor;  // before q moves into the handler
+        post_to_owner(owner, [q = std::move(q)] {
             q->signalled = true;
             q->wakeup.cancel();
         });
     }
+}
+
+template <class Handler>
+void search_engine::post_to_owner(const asio::any_io_executor& owner, Handler&& handler) {
+    // This thread counts as work on the owner's io_context until it is done
+    // with its copies of the owner's executor, so the context cannot run out of
+    // work and be destroyed under them.
+    const asio::any_io_executor keep_running = asio::prefer(owner, asio::execution::outstanding_work.tracked);
+    asio::post(owner, std::forward<Handler>(handler));
 }
 
 void search_engine::compute(tf::backend_session& s, const std::vector<std::shared_ptr<pending_query>>& batch) const {
@@ -223,6 +242,7 @@ engine_snapshot search_engine::snapshot() const {
     s.batches = batches_.load(std::memory_order_relaxed);
     s.batched_queries = batched_queries_.load(std::memory_order_relaxed);
     s.largest_batch = largest_batch_.load(std::memory_order_relaxed);
+    s.handed_over = handed_over_.load(std::memory_order_relaxed);
     s.busy_permit_seconds = usage_ ? usage_->busy_permit_seconds() : 0.0;
     return s;
 }

@@ -3,7 +3,8 @@
 // scores the corpus against the query with one matmul and picks the best rows
 // with top_k. Concurrent queries that are waiting when a session starts are
 // folded into its matmul (up to `max_batch`), which reads the corpus once for
-// all of them.
+// all of them; their own entries, still queued, are cancelled, so that no
+// permit is spent on a session with nothing left to do.
 
 #include <chrono>
 #include <cstdint>
@@ -32,8 +33,9 @@ struct engine_options {
     std::size_t max_batch = 16;
     /// Nice value the compute workers give themselves when they first run a
     /// search (Linux: per thread), so that a saturated compute pool yields the
-    /// CPU to the I/O threads at once; 0 leaves them alone. Not for inline
-    /// compute, whose bodies run on the I/O threads.
+    /// CPU to the I/O threads at once (the workers keep it for the backend's
+    /// lifetime); 0 leaves them alone. Not for inline compute, whose bodies
+    /// run on the I/O threads.
     int compute_nice = 0;
 };
 
@@ -44,7 +46,7 @@ struct server_mode {
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
     std::size_t max_waiters = 4096; ///< tenferro queue bound (503 beyond it)
     std::size_t max_batch = 16;
-    int compute_nice = 0;  ///< see `engine_options::compute_nice`
+    int compute_nice = 19;  ///< see `engine_options::compute_nice` (tenferro mode only)
 };
 
 /// The backend a `server_mode` needs: inline gets one permit per I/O thread
@@ -77,6 +79,7 @@ struct engine_snapshot {
     std::uint64_t batches = 0;          ///< sessions that computed at least one query
     std::uint64_t batched_queries = 0;  ///< queries computed
     std::uint64_t largest_batch = 0;
+    std::uint64_t handed_over = 0;  ///< queries answered by another request's session
     double busy_permit_seconds = 0.0;  ///< from the admission observer (0 without one)
 };
 
@@ -112,6 +115,8 @@ private:
     void run_session(tenferro::backend_session& s, pending_query* own) noexcept;
     void compute(tenferro::backend_session& s, const std::vector<std::shared_ptr<pending_query>>& batch) const;
     bool withdraw(const pending_query* q);
+    template <class Handler>
+    static void post_to_owner(const asio::any_io_executor& owner, Handler&& handler);
 
     tenferro::cpu_backend& cpu_;
     tenferro::tensor corpus_;
@@ -123,7 +128,7 @@ private:
 
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
-    std::atomic<std::uint64_t> sessions_{0}, batches_{0}, batched_queries_{0}, largest_batch_{0};
+    std::atomic<std::uint64_t> sessions_{0}, batches_{0}, batched_queries_{0}, largest_batch_{0}, handed_over_{0};
 };
 
 }  // namespace embedding_search

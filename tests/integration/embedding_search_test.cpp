@@ -9,7 +9,10 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -20,6 +23,7 @@
 #include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include <tenferro/io.hpp>
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
@@ -210,8 +214,12 @@ TEST_CASE("queued queries are scored together in one batch, each exactly", "[emb
         CHECK(check.ok);
     }
     const engine_snapshot s = f.engine.snapshot();
-    CHECK(s.largest_batch == n);   // the first admitted session took all eight
+    CHECK(s.largest_batch == n);  // the first admitted session took all eight
     CHECK(s.batched_queries == n);
+    CHECK(s.handed_over == n - 1);
+    // The seven other entries were cancelled while still queued, or (if the
+    // batch finished first) admitted to a session with nothing left to do.
+    CHECK(s.sessions + f.cpu.stats().cancelled == n);
 }
 
 TEST_CASE("inline mode computes on the I/O thread and returns the same results", "[embedding_search]") {
@@ -514,12 +522,118 @@ TEST_CASE("SIGTERM drains: requests in flight finish, idle connections close, ne
     CHECK(drained);
 }
 
+namespace {
+
+/// A fresh directory under the system's temporary directory, removed at scope exit.
+struct temp_dir {
+    temp_dir() {
+        std::string pattern = (std::filesystem::temp_directory_path() / "tenferro-search-test-XXXXXX").string();
+        if (!mkdtemp(pattern.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+        path = pattern;
+    }
+    ~temp_dir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path, ignored);
+    }
+    std::filesystem::path path;
+};
+
+}  // namespace
+
+TEST_CASE("a generated corpus saved as .npy reads back bit for bit and serves the same results", "[embedding_search]") {
+    temp_dir dir;
+    const std::string file = (dir.path / "corpus.npy").string();
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+
+    corpus_source generate;
+    generate.generate = true;
+    generate.rows = 1500;
+    generate.dim = 20;
+    generate.seed = 99;
+    generate.path = file;
+    corpus_origin made;
+    const tf::tensor generated = run_blocking(obtain_corpus(cpu, generate, &made));
+    CHECK(made.generated);
+    CHECK(made.written);
+    CHECK(made.note.empty());
+    REQUIRE(std::filesystem::exists(file));
+
+    corpus_source read;
+    read.path = file;
+    corpus_origin loaded;
+    const tf::tensor back = run_blocking(obtain_corpus(cpu, read, &loaded));
+    CHECK_FALSE(loaded.generated);
+    REQUIRE(back.type() == tf::dtype::f32);
+    REQUIRE(back.shape()[0] == 1500);
+    REQUIRE(back.shape()[1] == 20);
+    CHECK(std::memcmp(back.data<float>(), generated.data<float>(), 1500 * 20 * sizeof(float)) == 0);
+
+    // The same seed gives the same bytes, file or not.
+    const tf::tensor again = run_blocking(generate_corpus(cpu, 1500, 20, 99));
+    CHECK(std::memcmp(again.data<float>(), generated.data<float>(), 1500 * 20 * sizeof(float)) == 0);
+}
+
+TEST_CASE("a corpus file is normalised on load; bad files are refused naming the file", "[embedding_search]") {
+    temp_dir dir;
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+    const auto write = [&](const std::string& name, const tf::tensor& t) {
+        const std::string path = (dir.path / name).string();
+        const auto save = [&]() -> asio::awaitable<void> {
+            const auto executor = co_await asio::this_coro::executor;
+            co_await tf::async_write_npy(executor, path, t);
+        };
+        run_blocking(save());
+        return path;
+    };
+
+    SECTION("rows of any length become unit rows") {
+        corpus_source read;
+        read.path = write("raw.npy", tf::tensor::from<float>({3, 4, 0, 0, 0, 0, 0, 2}, {4, 2}));
+        const tf::tensor c = run_blocking(obtain_corpus(cpu, read));
+        const float* d = c.data<float>();
+        CHECK(d[0] == Approx(0.6f));
+        CHECK(d[1] == Approx(0.8f));
+        CHECK(d[2] == 0.0f);  // a zero row stays zero
+        CHECK(d[3] == 0.0f);
+        CHECK(d[6] == 0.0f);
+        CHECK(d[7] == 1.0f);
+    }
+    SECTION("wrong dtype or rank") {
+        for (const std::string& path : {write("f64.npy", tf::tensor::zeros(tf::dtype::f64, {3, 2})),
+                                        write("rank1.npy", tf::tensor::zeros(tf::dtype::f32, {6}))}) {
+            corpus_source read;
+            read.path = path;
+            try {
+                run_blocking(obtain_corpus(cpu, read));
+                FAIL("accepted " << path);
+            } catch (const std::runtime_error& e) {
+                CHECK_THAT(e.what(), Catch::Contains(path));
+            }
+        }
+    }
+    SECTION("missing or not .npy") {
+        corpus_source missing;
+        missing.path = (dir.path / "nope.npy").string();
+        CHECK_THROWS_WITH(run_blocking(obtain_corpus(cpu, missing)), Catch::Contains("nope.npy"));
+        const std::string junk = (dir.path / "junk.npy").string();
+        std::FILE* f = std::fopen(junk.c_str(), "wb");
+        REQUIRE(f);
+        std::fputs("this is not a numpy file", f);
+        std::fclose(f);
+        corpus_source bad;
+        bad.path = junk;
+        CHECK_THROWS_WITH(run_blocking(obtain_corpus(cpu, bad)), Catch::Contains("junk.npy"));
+    }
+}
+
 TEST_CASE("the tenferro-search binary serves, then exits 0 on SIGTERM", "[embedding_search]") {
     const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
     if (!binary) {
         WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
         return;
     }
+    temp_dir dir;
+    const std::string corpus_file = (dir.path / "served.npy").string();
     int out[2];
     REQUIRE(pipe(out) == 0);
     const pid_t pid = fork();
@@ -528,7 +642,8 @@ TEST_CASE("the tenferro-search binary serves, then exits 0 on SIGTERM", "[embedd
         dup2(out[1], STDOUT_FILENO);
         close(out[0]);
         close(out[1]);
-        execl(binary, binary, "--generate", "2000", "16", "--port", "0", "--permits", "1", static_cast<char*>(nullptr));
+        execl(binary, binary, "--generate", "2000", "16", "--corpus", corpus_file.c_str(), "--port", "0", "--permits",
+              "1", static_cast<char*>(nullptr));
         _exit(127);
     }
     close(out[1]);
@@ -557,4 +672,6 @@ TEST_CASE("the tenferro-search binary serves, then exits 0 on SIGTERM", "[embedd
     REQUIRE(done == pid);
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
+    // --generate with --corpus saved the corpus: 2000 x 16 f32 after numpy's 128-byte header.
+    CHECK(std::filesystem::file_size(corpus_file) == 128 + 2000 * 16 * 4);
 }
