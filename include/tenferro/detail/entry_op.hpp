@@ -291,12 +291,27 @@ private:
         }
     };
 
+    /// Hands `fn` to the caller's executor, from any thread.
+    ///
+    /// Once `fn` is queued it may run at once on another thread, finish the
+    /// entry and release `work_`; the caller's `run()` can then return and
+    /// its io_context be destroyed while this thread is still inside
+    /// post/dispatch, whose own executor copies (a strand's implementation,
+    /// above all) reference that context. A second tracked copy, released
+    /// only after post/dispatch returned, keeps the context running until
+    /// then.
+    template <class Function>
+    void hop(bool may_dispatch, Function fn) {
+        const work_executor keep_running = work_;
+        if (may_dispatch)
+            asio::dispatch(ex_, std::move(fn));
+        else
+            asio::post(ex_, std::move(fn));
+    }
+
     void run_on_caller(bool may_dispatch) noexcept override {
         try {
-            if (may_dispatch)
-                asio::dispatch(ex_, caller_runner(this));
-            else
-                asio::post(ex_, caller_runner(this));
+            hop(may_dispatch, caller_runner(this));
         } catch (...) {
             // The executor refused the work; caller_runner's destructor has
             // already reported it through drop().
@@ -358,10 +373,7 @@ private:
         // The function object owns the op, so even an executor that discards
         // it frees the op; if the executor throws, nobody can be told. The
         // posted function itself counts as work while it is queued.
-        if (may_dispatch)
-            asio::dispatch(ex_, completion_handler(this));
-        else
-            asio::post(ex_, completion_handler(this));
+        hop(may_dispatch, completion_handler(this));
     }
 
     /// On the handler's executor: clear the slot, free the op, call the handler.
