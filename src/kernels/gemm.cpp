@@ -667,8 +667,7 @@ HWY_NOINLINE void dot_block(const T* const* rows, const T* xs, std::int64_t kpad
             for (std::int64_t p = 0; p < full; p += L) {
                 const V av = hn::LoadU(d, rows[r] + p);
                 for (std::size_t j = 0; j < NS; ++j)
-                    acc[r][j] =
-                        hn::MulAdd(av, hn::Load(d, xs + static_cast<std::int64_t>(j) * kpad + p), acc[r][j]);
+                    acc[r][j] = hn::MulAdd(av, hn::Load(d, xs + static_cast<std::int64_t>(j) * kpad + p), acc[r][j]);
             }
         }
     } else {

@@ -429,25 +429,6 @@ std::shared_ptr<const contraction_plan> cached_plan(cpu_runtime_cache& cache, st
 
 // ---- execution -------------------------------------------------------------
 
-// A block of pool memory for one call's scratch, returned on scope exit.
-class pooled_block {
-public:
-    pooled_block(buffer_pool& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
-        data_ = bytes_ ? pool_.allocate(bytes_, 64) : nullptr;
-    }
-    ~pooled_block() {
-        if (data_) pool_.deallocate(data_, bytes_, 64);
-    }
-    pooled_block(const pooled_block&) = delete;
-    pooled_block& operator=(const pooled_block&) = delete;
-    void* get() const noexcept { return data_; }
-
-private:
-    buffer_pool& pool_;
-    std::size_t bytes_;
-    void* data_;
-};
-
 // Packed copies of constant operands, kept in the cache.
 struct packed_operand {
     std::unique_ptr<std::byte[]> data;
@@ -477,23 +458,23 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
     // TTGT copies.
     const void* a_data = a.data();
     const void* b_data = b.data();
-    std::unique_ptr<pooled_block> a_copy, b_copy, temp;
+    std::unique_ptr<pooled_scratch> a_copy, b_copy, temp;
     if (p.copy_a) {
-        a_copy = std::make_unique<pooled_block>(s.buffers(),
-                                                static_cast<std::size_t>(product(p.a_copy_shape.span())) * itemsize);
+        a_copy = std::make_unique<pooled_scratch>(s.buffers(),
+                                                  static_cast<std::size_t>(product(p.a_copy_shape.span())) * itemsize);
         s.copy_into(a.transposed(p.a_perm.span()), tensor_view(a_copy->get(), type, p.a_copy_shape.span()));
         a_data = a_copy->get();
     }
     if (p.copy_b) {
-        b_copy = std::make_unique<pooled_block>(s.buffers(),
-                                                static_cast<std::size_t>(product(p.b_copy_shape.span())) * itemsize);
+        b_copy = std::make_unique<pooled_scratch>(s.buffers(),
+                                                  static_cast<std::size_t>(product(p.b_copy_shape.span())) * itemsize);
         s.copy_into(b.transposed(p.b_perm.span()), tensor_view(b_copy->get(), type, p.b_copy_shape.span()));
         b_data = b_copy->get();
     }
     void* c_data = out.data();
     if (p.out_via_temp) {
-        temp = std::make_unique<pooled_block>(s.buffers(),
-                                              static_cast<std::size_t>(product(p.out_shape.span())) * itemsize);
+        temp = std::make_unique<pooled_scratch>(s.buffers(),
+                                                static_cast<std::size_t>(product(p.out_shape.span())) * itemsize);
         c_data = temp->get();
     }
     const double k_alpha = p.out_via_temp ? 1.0 : alpha;
@@ -530,7 +511,7 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
         }
     }
 
-    pooled_block scratch(s.buffers(), p.kernel.scratch_bytes);
+    pooled_scratch scratch(s.buffers(), p.kernel.scratch_bytes);
     auto gemm_at = [&](std::int64_t ao, std::int64_t bo, std::int64_t co, void* scratch_ptr, bool parallel) {
         kernels::gemm_operands ops{};
         ops.m = g.m;
@@ -576,7 +557,7 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
         };
         if (p.parallel_batches) {
             s.parallel_for(batches, 1, [&](std::int64_t begin, std::int64_t end) {
-                pooled_block mine(s.buffers(), p.kernel.scratch_bytes);  // each range packs on its own
+                pooled_scratch mine(s.buffers(), p.kernel.scratch_bytes);  // each range packs on its own
                 for (std::int64_t i = begin; i < end; ++i) {
                     std::int64_t ao, bo, co;
                     offsets(i, ao, bo, co);

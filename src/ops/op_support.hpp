@@ -13,6 +13,7 @@
 
 #include "kernels/nd_loop.hpp"
 #include "tenferro/backend_session.hpp"
+#include "tenferro/buffer_pool.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro::detail::ops {
@@ -89,5 +90,25 @@ std::int64_t element_count(std::span<const std::int64_t> shape) noexcept;
 
 /// `"[2, 3]"`.
 inline std::string str(std::span<const std::int64_t> v) { return to_string(v); }
+
+/// One call's scratch memory from the session's buffer pool (64-byte aligned,
+/// nullptr for 0 bytes), given back on scope exit, whatever the exit.
+class pooled_scratch {
+public:
+    pooled_scratch(buffer_pool& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
+        data_ = bytes_ ? pool_.allocate(bytes_, 64) : nullptr;
+    }
+    ~pooled_scratch() {
+        if (data_) pool_.deallocate(data_, bytes_, 64);
+    }
+    pooled_scratch(const pooled_scratch&) = delete;
+    pooled_scratch& operator=(const pooled_scratch&) = delete;
+    void* get() const noexcept { return data_; }
+
+private:
+    buffer_pool& pool_;
+    std::size_t bytes_;
+    void* data_;
+};
 
 }  // namespace tenferro::detail::ops

@@ -29,25 +29,6 @@ row_axes other_axes(std::int64_t axis, std::span<const std::int64_t> shape,
     return r;
 }
 
-// A block of pool memory for one call's scratch, returned on scope exit.
-class pooled_scratch {
-public:
-    pooled_scratch(buffer_pool& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
-        data_ = bytes_ ? pool_.allocate(bytes_, 64) : nullptr;
-    }
-    ~pooled_scratch() {
-        if (data_) pool_.deallocate(data_, bytes_, 64);
-    }
-    pooled_scratch(const pooled_scratch&) = delete;
-    pooled_scratch& operator=(const pooled_scratch&) = delete;
-    void* get() const noexcept { return data_; }
-
-private:
-    buffer_pool& pool_;
-    std::size_t bytes_;
-    void* data_;
-};
-
 // ---- softmax ------------------------------------------------------------------
 
 template <class T>
