@@ -302,7 +302,7 @@ private:
     /// then.
     template <class Function>
     void hop(bool may_dispatch, Function fn) {
-        const work_executor keep_running = work_;
+        [[maybe_unused]] const work_executor keep_running = work_;
         if (may_dispatch)
             asio::dispatch(ex_, std::move(fn));
         else
