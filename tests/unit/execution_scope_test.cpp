@@ -1,10 +1,13 @@
 #include <tenferro/execution_scope.hpp>
 
+#include <chrono>
 #include <optional>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
@@ -33,6 +36,12 @@ TEST_CASE("A scope admits once and its sessions reuse the permit without queuein
         scope_result = co_await cpu.with_execution_scope([&](execution_scope& scope) -> asio::awaitable<int> {
             CHECK(scope.backend() == "cpu");
             CHECK(scope.permits() == 1);
+            // The outsider is spawned once the scope is admitted; on a fast
+            // worker the body gets here first. Wait (yielding) until it queues.
+            const auto ex = co_await asio::this_coro::executor;
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+            while (cpu.stats().waiting == 0 && std::chrono::steady_clock::now() < deadline)
+                co_await asio::post(ex, asio::use_awaitable);
             int total = 0;
             for (int i = 0; i < 3; ++i) {
                 // The single permit is held by the scope, and an outsider waits
