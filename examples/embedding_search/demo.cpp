@@ -24,6 +24,7 @@
 #include "json_writer.hpp"
 #include "load_generator.hpp"
 #include "permit_usage.hpp"
+#include "run_blocking.hpp"
 #include "search_engine.hpp"
 
 namespace tf = tenferro;
@@ -33,15 +34,6 @@ using clock_type = std::chrono::steady_clock;
 namespace embedding_search {
 
 namespace {
-
-/// Runs `task` to completion on a fresh single-threaded io_context.
-template <class T>
-T run_blocking(asio::awaitable<T> task) {
-    asio::io_context io(1);
-    std::future<T> result = asio::co_spawn(io, std::move(task), asio::use_future);
-    io.run();
-    return result.get();
-}
 
 asio::awaitable<http_reply> fetch(std::uint16_t port, std::string request) {
     http_client client(co_await asio::this_coro::executor);

@@ -29,6 +29,7 @@
 #include "corpus.hpp"
 #include "http_client.hpp"
 #include "json_writer.hpp"
+#include "run_blocking.hpp"
 #include "search_engine.hpp"
 
 namespace tf = tenferro;
@@ -36,14 +37,6 @@ using namespace embedding_search;
 using namespace std::chrono_literals;
 
 namespace {
-
-template <class T>
-T run_blocking(asio::awaitable<T> task) {
-    asio::io_context io(1);
-    std::future<T> result = asio::co_spawn(io, std::move(task), asio::use_future);
-    io.run();
-    return result.get();
-}
 
 constexpr std::int64_t test_rows = 3000, test_dim = 24;
 
