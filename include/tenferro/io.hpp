@@ -188,22 +188,32 @@ void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
     op->start();
 }
 
+/// Allocates the completion that owns `handler`, makes the operation with it
+/// (`make_op(receiver)`; if that throws, the completion is freed and the
+/// handler never called) and starts it under the handler's cancellation slot.
+template <class Completion, class Handler, class IoExecutor, class MakeOp>
+void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, MakeOp make_op) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto* receiver = new Completion(std::move(handler), io_executor);
+    std::shared_ptr<npy_operation> op;
+    try {
+        op = make_op(*receiver);
+    } catch (...) {
+        delete receiver;
+        throw;
+    }
+    start_npy_operation(slot, std::move(op));
+}
+
 struct initiate_read_npy {
     template <class Handler, class IoExecutor>
     void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
                     const npy_read_options& options) const {
         using completion =
             npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, std::error_code, tensor>;
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        auto* receiver = new completion(std::move(handler), io_executor);
-        std::shared_ptr<npy_operation> op;
-        try {
-            op = make_read_npy_op(std::move(path), options, *receiver);
-        } catch (...) {
-            delete receiver;
-            throw;
-        }
-        start_npy_operation(slot, std::move(op));
+        launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_read_receiver& receiver) {
+            return make_read_npy_op(std::move(path), options, receiver);
+        });
     }
 };
 
@@ -212,16 +222,9 @@ struct initiate_write_npy {
     void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
                     const_tensor_view view) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver, std::error_code>;
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        auto* receiver = new completion(std::move(handler), io_executor);
-        std::shared_ptr<npy_operation> op;
-        try {
-            op = make_write_npy_op(std::move(path), view, *receiver);
-        } catch (...) {
-            delete receiver;
-            throw;
-        }
-        start_npy_operation(slot, std::move(op));
+        launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_write_receiver& receiver) {
+            return make_write_npy_op(std::move(path), view, receiver);
+        });
     }
 };
 
