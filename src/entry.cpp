@@ -47,6 +47,7 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
                        cpu_runtime_cache* cache) noexcept
     : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body), cache_(cache) {
     permits_ = options_.permits;
+    starts_on_caller_ = kind_ == entry_kind::scope || options_.where == placement::caller;
 }
 
 entry_base::~entry_base() = default;
@@ -72,6 +73,10 @@ void entry_base::start(session_context* ctx) noexcept {
     const bool is_scope = kind_ == entry_kind::scope;
 
     if (ctx != nullptr) {
+        if (queue.poisoned())
+            return reject_counted(session_entry_errc::resource_poisoned,
+                                  "an admission_observer hook threw earlier; the host admits nothing more");
+        if (queue.is_shut_down()) return reject_counted(session_entry_errc::executor, "the host was shut down");
         if (ctx->kind == context_kind::session)
             return reject_counted(session_entry_errc::reentered,
                                   std::string(is_scope ? "an execution scope" : "a session") +
@@ -96,7 +101,7 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(session_entry_errc::contended, "another session of this execution scope is running");
         }
         scope_ = ctx->shared_from_this();
-        queue.note_admitted_without_permits();
+        queue.note_admitted_without_permits(*this);
         return schedule(true);
     }
 
@@ -128,9 +133,19 @@ void entry_base::start(session_context* ctx) noexcept {
 
 void entry_base::on_granted(bool at_initiation) noexcept {
     // The queue counted this entry as admitted; every failure below gives the
-    // permits back through release_permits(), which counts it as completed.
+    // permits back through the queue, which counts it as completed.
+    if (core_->queue().poisoned()) {
+        // Granted in the same release as an entry whose hook threw just now
+        // (S18): the observer never hears of this one.
+        core_->queue().note_started(*this);
+        host_core::start_granted(core_->queue().release(permits_));  // poisoned: grants nobody
+        return reject_counted(session_entry_errc::resource_poisoned,
+                              "an admission_observer hook threw while this entry was being admitted; "
+                              "the body did not run");
+    }
     if (cache_ != nullptr) {
         if (!cache_->try_claim()) {
+            core_->queue().note_started(*this);
             host_core::start_granted(core_->queue().release(permits_));
             return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
         }
@@ -143,6 +158,7 @@ void entry_base::on_granted(bool at_initiation) noexcept {
             core_->poison("an admission_observer::on_admitted hook threw");
             if (cache_claimed_) cache_->release_claim();
             cache_claimed_ = false;
+            core_->queue().note_started(*this);
             host_core::start_granted(core_->queue().release(permits_));  // poisoned: grants nobody
             return reject_counted(session_entry_errc::resource_poisoned,
                                   "the admission_observer::on_admitted hook threw while admitting this entry");
@@ -158,10 +174,11 @@ void entry_base::schedule(bool at_initiation) noexcept {
     if (kind_ == entry_kind::scope || options_.where == placement::caller)
         // Admitted inside the initiating function: we are on the caller's
         // thread, and dispatch runs the body right here when that thread is
-        // in the caller's executor, saving a hop. Granted later (by a release
-        // or a cancellation elsewhere): post, so that no body ever runs inside
-        // another entry's release.
-        run_on_caller(at_initiation);
+        // in the caller's executor, saving a hop, unless a body granted
+        // earlier has not started yet (S17: it was posted, and must start
+        // first). Granted later (by a release or a cancellation elsewhere):
+        // post, so that no body ever runs inside another entry's release.
+        run_on_caller(at_initiation && may_start_inline_);
     else
         core_->pool().submit(*this);
 }
@@ -176,6 +193,16 @@ void entry_base::cancel_waiting() noexcept {
 }
 
 void entry_base::run() noexcept {
+    permit_queue& queue = core_->queue();
+    queue.note_started(*this);
+    if (queue.poisoned()) {
+        // S18: from the moment a hook threw, no body starts, not even one
+        // granted (and handed to its executor) before that.
+        set_error(session_entry_errc::resource_poisoned,
+                  "an admission_observer hook threw after this entry was admitted; the body did not run");
+        queue.note_rejected();
+        return body_finished();
+    }
     try {
         if (kind_ == entry_kind::scope) {
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
@@ -209,6 +236,7 @@ void entry_base::run() noexcept {
 }
 
 void entry_base::drop() noexcept {
+    core_->queue().note_started(*this);
     core_->queue().note_rejected();
     set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");
     release_permits();
@@ -233,6 +261,7 @@ void entry_base::body_finished() noexcept {
 }
 
 void entry_base::release_permits() noexcept {
+    core_->queue().note_started(*this);  // a no-op unless the body never started
     if (cache_claimed_) {
         cache_->release_claim();
         cache_claimed_ = false;

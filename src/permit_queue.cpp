@@ -7,19 +7,18 @@ permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters) noexcep
 
 acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
     std::lock_guard lock(mutex_);
-    if (poisoned_) {
+    if (poisoned_.load(std::memory_order_relaxed)) {
         ++rejected_;
         return acquire_outcome::poisoned;
     }
-    if (shut_down_) {
+    if (shut_down_.load(std::memory_order_relaxed)) {
         ++rejected_;
         return acquire_outcome::shut_down;
     }
     // No barging: free permits go to the queue's head first, never to a newcomer.
     if (waiters_.empty() && w.permits_ <= available_) {
         available_ -= w.permits_;
-        w.state_ = permit_waiter::state::granted;
-        ++admitted_;
+        grant_locked(w);
         return acquire_outcome::granted;
     }
     if (!may_wait) {
@@ -35,6 +34,16 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
     return acquire_outcome::queued;
 }
 
+void permit_queue::grant_locked(permit_waiter& w) noexcept {
+    w.state_ = permit_waiter::state::granted;
+    ++admitted_;
+    w.may_start_inline_ = unstarted_.load(std::memory_order_relaxed) == 0;
+    if (w.starts_on_caller_) {
+        w.start_counted_ = true;
+        unstarted_.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
 void permit_queue::grant_fitting_locked(waiter_list& granted) {
     // Stop at the first waiter that does not fit: a weighted head blocks those
     // behind it (S4), otherwise small entries could starve it forever.
@@ -42,8 +51,7 @@ void permit_queue::grant_fitting_locked(waiter_list& granted) {
         if (head->permits_ > available_) break;
         waiters_.pop_front();
         available_ -= head->permits_;
-        head->state_ = permit_waiter::state::granted;
-        ++admitted_;
+        grant_locked(*head);
         granted.push_back(*head);
     }
 }
@@ -53,7 +61,8 @@ waiter_list permit_queue::release(std::size_t n) {
     std::lock_guard lock(mutex_);
     available_ += n;
     ++completed_;
-    if (!poisoned_ && !shut_down_) grant_fitting_locked(granted);
+    if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
+        grant_fitting_locked(granted);
     if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
     return granted;
 }
@@ -64,7 +73,8 @@ bool permit_queue::cancel(permit_waiter& w, waiter_list& granted) {
     waiters_.unlink(w);
     w.state_ = permit_waiter::state::removed;
     ++cancelled_;
-    if (!poisoned_ && !shut_down_) grant_fitting_locked(granted);
+    if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
+        grant_fitting_locked(granted);
     return true;
 }
 
@@ -80,19 +90,19 @@ waiter_list permit_queue::drain_locked() {
 
 waiter_list permit_queue::poison() {
     std::lock_guard lock(mutex_);
-    poisoned_ = true;
+    poisoned_.store(true, std::memory_order_release);
     return drain_locked();
 }
 
 waiter_list permit_queue::shut_down() {
     std::lock_guard lock(mutex_);
-    shut_down_ = true;
+    shut_down_.store(true, std::memory_order_release);
     return drain_locked();
 }
 
-void permit_queue::note_admitted_without_permits() {
+void permit_queue::note_admitted_without_permits(permit_waiter& w) {
     std::lock_guard lock(mutex_);
-    ++admitted_;
+    grant_locked(w);
     ++nested_running_;
 }
 
@@ -106,16 +116,6 @@ void permit_queue::note_completed_without_permits() {
 void permit_queue::note_rejected() {
     std::lock_guard lock(mutex_);
     ++rejected_;
-}
-
-bool permit_queue::poisoned() const {
-    std::lock_guard lock(mutex_);
-    return poisoned_;
-}
-
-bool permit_queue::is_shut_down() const {
-    std::lock_guard lock(mutex_);
-    return shut_down_;
 }
 
 permit_counters permit_queue::counters() const {

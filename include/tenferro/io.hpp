@@ -40,7 +40,9 @@
 /// then posted to its associated executor (the `executor` argument by default), whose
 /// outstanding work is tracked meanwhile, as with any Asio I/O object; that executor's
 /// execution context must outlive the operation (do not destroy an io_context with
-/// tenferro I/O pending on it). Every cancellation type (terminal, partial, total) is
+/// tenferro I/O pending on it). Once the handler has run, nothing of the operation
+/// touches that executor or its context again: the context may be destroyed at once
+/// (docs/contract.md, S16). Every cancellation type (terminal, partial, total) is
 /// supported through the handler's associated cancellation slot: the operation stops at
 /// its next request boundary (requests already in flight, at most 16 MiB, finish first)
 /// and completes with `operation_aborted`.
@@ -53,9 +55,11 @@
 #include <limits>
 #include <memory>
 #include <memory_resource>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -72,6 +76,7 @@
 #include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "tenferro/detail/handoff.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -143,36 +148,68 @@ std::shared_ptr<npy_operation> make_read_npy_op(std::filesystem::path path, cons
 std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view,
                                                  npy_write_receiver& receiver);
 
-/// Holds the handler and the outstanding work of its executor; on completion posts
-/// the handler to that executor, where the cancellation slot is also cleared (the
-/// slot belongs to the handler's side and may only be touched there).
+/// Holds the handler and the outstanding work of its executor. On completion (a
+/// backend thread) it stores the outcome and hands itself to that executor through a
+/// hand-off gate (detail/handoff.hpp): there it clears the cancellation slot (the
+/// slot belongs to the handler's side), frees itself with the tracked work and only
+/// then calls the handler, so nothing of the operation touches the caller's executor
+/// or context once the handler has run (S16).
 template <class Handler, class IoExecutor, class Receiver, class... Args>
 class npy_completion final : public Receiver {
-    using work_executor = std::decay_t<decltype(asio::prefer(
-        asio::get_associated_executor(std::declval<Handler&>(), std::declval<const IoExecutor&>()),
-        asio::execution::outstanding_work.tracked))>;
+    using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
+    using work_executor = std::decay_t<decltype(asio::prefer(std::declval<const handler_executor&>(),
+                                                             asio::execution::outstanding_work.tracked))>;
 
 public:
     npy_completion(Handler&& handler, const IoExecutor& io_executor)
         : handler_(std::move(handler)),
-          work_(asio::prefer(asio::get_associated_executor(handler_, io_executor),
-                             asio::execution::outstanding_work.tracked)) {}
+          executor_(asio::get_associated_executor(handler_, io_executor)),
+          work_(asio::prefer(executor_, asio::execution::outstanding_work.tracked)) {}
 
     void complete(Args... args) noexcept override {
-        // Move everything out first: `this` is gone before the handler runs.
-        work_executor work = std::move(work_);
-        Handler handler = std::move(handler_);
-        delete this;
-        asio::post(work, [handler = std::move(handler), ... args = std::move(args)]() mutable {
-            auto slot = asio::get_associated_cancellation_slot(handler);
-            if (slot.is_connected()) slot.clear();
-            std::move(handler)(std::move(args)...);
-        });
+        outcome_.emplace(std::move(args)...);
+        // If the executor throws, nobody can be told; `deliver`'s destructor
+        // frees the operation either way.
+        try {
+            hand_off(executor_, gate_, deliver(this), false);
+        } catch (...) {
+        }
     }
 
 private:
+    /// Owns the operation while it is queued on the handler's executor.
+    struct deliver {
+        npy_completion* self;
+        explicit deliver(npy_completion* s) noexcept : self(s) {}
+        deliver(deliver&& other) noexcept : self(std::exchange(other.self, nullptr)) {}
+        deliver& operator=(deliver&&) = delete;
+        ~deliver() {
+            if (self != nullptr) {
+                self->gate_.pass();
+                delete self;  // the executor discarded it unrun
+            }
+        }
+        void operator()() {
+            npy_completion* s = std::exchange(self, nullptr);
+            s->gate_.pass();
+            s->finish();
+        }
+    };
+
+    void finish() {
+        Handler handler = std::move(handler_);
+        std::tuple<Args...> outcome = std::move(*outcome_);
+        delete this;  // with the tracked work: before the upcall
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected()) slot.clear();
+        std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+    }
+
     Handler handler_;
+    handler_executor executor_;  // hops use the plain executor, see entry_op.hpp
     work_executor work_;
+    std::optional<std::tuple<Args...>> outcome_;
+    handoff_gate gate_;
 };
 
 /// Starts `op` with the handler's cancellation slot (if connected) forwarding to it.

@@ -128,6 +128,62 @@ TEST_CASE("Caller placement admitted at once runs the body in the initiation, co
     CHECK(events == std::vector<std::string>{"initiate", "body", "resumed"});
 }
 
+TEST_CASE("S17: bodies start in grant order, even when an earlier grantee initiates again inline") {
+    // CPython's test_acquire_fifo_order_2 shape, caller placement, one thread:
+    // one release grants A and B (their runners are posted); A's body runs, A's
+    // coroutine is resumed inline and enters again; a permit is free and nobody
+    // waits, so A2 is admitted at once. Its body must still start after B's,
+    // which was granted earlier: A2 may not run inline in its initiation.
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io, [&]() -> asio::awaitable<void> {
+        co_await cpu.with_backend_session(session_options{2, wait_policy::fifo, placement::caller},
+                                          holder(release, held));
+    });
+    io.poll();
+    REQUIRE(held);
+    std::vector<std::string> order;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto a1 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("A1"); });
+        auto a2 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("A2"); });
+        CHECK((a1 && a2));
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto b = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("B1"); });
+        CHECK(b.has_value());
+    });
+    io.poll();
+    REQUIRE(cpu.stats().waiting == 2);
+    release.cancel();
+    io.run();
+    CHECK(order == std::vector<std::string>{"A1", "B1", "A2"});
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 2);
+    CHECK(st.admitted == st.completed);
+}
+
+TEST_CASE("S17: the inline fast path stays when nothing granted earlier is pending") {
+    // The other side of the rule: with nobody waiting and no posted runner,
+    // an entry admitted at once still runs its body inside its initiation.
+    asio::io_context io;
+    cpu_backend cpu({.permits = 2});
+    std::vector<std::string> events;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("first"); });
+        events.push_back("between");
+        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("second"); });
+        events.push_back("done");
+    });
+    io.poll_one();  // first body inline in its initiation
+    CHECK(events == std::vector<std::string>{"first"});
+    io.poll_one();  // resumed by the posted completion; the second body inline again
+    CHECK(events == std::vector<std::string>{"first", "between", "second"});
+    io.run();
+    CHECK(events.back() == "done");
+}
+
 TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries until satisfied") {
     asio::io_context io;
     cpu_backend cpu({.permits = 2});
@@ -579,6 +635,103 @@ TEST_CASE("Poisoning: an observer throwing in on_released lets the session finis
     io.run();
     CHECK(third->error() == session_entry_errc::resource_poisoned);
     CHECK(cpu.stats().available == 1);
+}
+
+TEST_CASE("S18: an entry granted in the same release as one whose hook threw never starts its body") {
+    // Seastar's test_broken_semaphore shape: two permits held by a caller-placed
+    // async body; a and b (one permit each) queue; the holder releases and
+    // grants both; a's on_admitted (the hook's second call) throws. b was
+    // granted in that very release, but no body may start once a hook threw.
+    for (placement where : {placement::caller, placement::compute}) {
+        INFO((where == placement::caller ? "caller placement" : "compute placement"));
+        asio::io_context io;
+        auto observer = std::make_shared<throwing_observer>();
+        observer->throw_on_admission = 2;
+        cpu_backend cpu({.permits = 2, .observer = observer});
+        asio::steady_timer release(io, std::chrono::hours(1));
+        std::atomic<bool> held{false};
+        std::optional<session_result<int>> holder_result, a, b;
+        spawn(io, [&]() -> asio::awaitable<void> {
+            holder_result = co_await cpu.with_backend_session(session_options{2, wait_policy::fifo, placement::caller},
+                                                              holder(release, held));
+        });
+        io.poll();
+        REQUIRE(held);
+        std::atomic<int> ran{0};
+        const session_options one{1, wait_policy::fifo, where};
+        spawn(io, [&]() -> asio::awaitable<void> {
+            a = co_await cpu.with_backend_session(one, [&](backend_session&) { return ++ran; });
+        });
+        spawn(io, [&]() -> asio::awaitable<void> {
+            b = co_await cpu.with_backend_session(one, [&](backend_session&) { return ++ran; });
+        });
+        io.poll();
+        REQUIRE(cpu.stats().waiting == 2);
+        release.cancel();
+        REQUIRE(run_until(io, [&] { return a.has_value() && b.has_value() && holder_result.has_value(); }));
+        CHECK(holder_result->value() == 1);
+        CHECK(a->error() == session_entry_errc::resource_poisoned);
+        CHECK(b->error() == session_entry_errc::resource_poisoned);
+        CHECK(ran == 0);
+        CHECK(cpu.poisoned());
+        CHECK(observer->admissions == 2);  // b's admission was never announced
+        const admission_stats st = cpu.stats();
+        CHECK(st.available == 2);
+        CHECK(st.admitted == st.completed);
+    }
+}
+
+TEST_CASE("S18: an entry already granted and handed to its executor does not start once a hook threw") {
+    // a is granted (hook call 3 succeeds) and its runner is posted to the
+    // caller's context, which the test does not run yet; then b's grant calls
+    // the hook a fourth time, which throws. When the context runs a's runner,
+    // the host is poisoned: a's body must not start.
+    asio::io_context io;
+    auto observer = std::make_shared<throwing_observer>();
+    observer->throw_on_admission = 4;
+    cpu_backend cpu({.permits = 2, .observer = observer});
+    gate first, second;
+    std::atomic<int> ran{0};
+    std::optional<session_result<int>> h1, h2, a, b;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        h1 = co_await cpu.with_backend_session([&](backend_session&) {
+            first.wait();
+            return 1;
+        });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        h2 = co_await cpu.with_backend_session([&](backend_session&) {
+            second.wait();
+            return 2;
+        });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        a = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        b = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+    });
+    io.poll();
+    REQUIRE(first.wait_for_waiters(1));
+    REQUIRE(second.wait_for_waiters(1));
+    REQUIRE(cpu.stats().waiting == 2);
+    first.open();  // h1 releases on its worker: a is granted, its runner posted to `io`
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (observer->admissions < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(observer->admissions == 3);
+    second.open();  // h2 releases: b's grant throws in the hook
+    while (!cpu.poisoned() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(cpu.poisoned());
+    REQUIRE(run_until(io, [&] { return h1 && h2 && a && b; }));
+    CHECK(h1->value() == 1);
+    CHECK(h2->value() == 2);
+    CHECK(a->error() == session_entry_errc::resource_poisoned);
+    CHECK(b->error() == session_entry_errc::resource_poisoned);
+    CHECK(ran == 0);
+    CHECK(observer->releases == 3);  // h1, h2, and a's permits (a was announced as admitted)
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 2);
+    CHECK(st.admitted == st.completed);
 }
 
 TEST_CASE("shutdown: queued and new entries complete with executor; the running one finishes") {

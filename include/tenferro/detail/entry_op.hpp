@@ -53,6 +53,7 @@
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/entry_memory.hpp"
+#include "tenferro/detail/handoff.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -246,9 +247,16 @@ private:
         completion_handler(completion_handler&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
         completion_handler& operator=(completion_handler&&) = delete;
         ~completion_handler() {
-            if (op != nullptr) op->destroy();
+            if (op != nullptr) {
+                op->gate_.pass();
+                op->destroy();
+            }
         }
-        void operator()() { std::exchange(op, nullptr)->finish(); }
+        void operator()() {
+            entry_op* o = std::exchange(op, nullptr);
+            o->gate_.pass();
+            o->finish();
+        }
     };
 
     /// Runs the body on the caller's executor (placement::caller).
@@ -258,9 +266,16 @@ private:
         caller_runner(caller_runner&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
         caller_runner& operator=(caller_runner&&) = delete;
         ~caller_runner() {
-            if (op != nullptr) op->drop();
+            if (op != nullptr) {
+                op->gate_.pass();
+                op->drop();
+            }
         }
-        void operator()() { std::exchange(op, nullptr)->run(); }
+        void operator()() {
+            entry_op* o = std::exchange(op, nullptr);
+            o->gate_.pass();
+            o->run();
+        }
     };
 
     /// co_spawn's completion for an asynchronous body.
@@ -291,22 +306,13 @@ private:
         }
     };
 
-    /// Hands `fn` to the caller's executor, from any thread.
-    ///
-    /// Once `fn` is queued it may run at once on another thread, finish the
-    /// entry and release `work_`; the caller's `run()` can then return and
-    /// its io_context be destroyed while this thread is still inside
-    /// post/dispatch, whose own executor copies (a strand's implementation,
-    /// above all) reference that context. A second tracked copy, released
-    /// only after post/dispatch returned, keeps the context running until
-    /// then.
+    /// Hands `fn` to the caller's executor, from any thread, through the op's
+    /// hand-off gate (handoff.hpp): `fn` passes the gate before it may reach the
+    /// handler, so this thread has finished touching the caller's executor and
+    /// context before the caller can see its completion (S16).
     template <class Function>
     void hop(bool may_dispatch, Function fn) {
-        [[maybe_unused]] const work_executor keep_running = work_;
-        if (may_dispatch)
-            asio::dispatch(ex_, std::move(fn));
-        else
-            asio::post(ex_, std::move(fn));
+        hand_off(ex_, gate_, std::move(fn), may_dispatch);
     }
 
     void run_on_caller(bool may_dispatch) noexcept override {
@@ -383,7 +389,10 @@ private:
         Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
-        work_executor work(std::move(work_));  // keeps the executor's work count until the call
+        // The tracked work goes with the op, before the upcall (S16): this
+        // function is itself queued work of the context while it runs, so the
+        // count cannot reach zero here, and nothing of ours touches the
+        // executor once the handler has been called.
         destroy(alloc);
         std::move(handler)(std::move(exception), std::move(result));
     }
@@ -420,6 +429,7 @@ private:
     // entry waits or runs elsewhere.
     handler_executor ex_;
     work_executor work_;
+    handoff_gate gate_;  // one hop at a time: the runner's, then the completion's
     std::decay_t<F> body_;
     asio::cancellation_slot slot_;
     /// The body's value once it returned (void bodies: whether it did).

@@ -17,6 +17,7 @@
 //
 // No Asio here: the queue is tested step by step in tests/unit/permit_queue_test.cpp.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,16 @@ struct permit_waiter {
     permit_waiter* next_ = nullptr;
     std::size_t permits_ = 1;
     state state_ = state::idle;
+
+    // Start order (S17). A waiter whose body starts on its caller's executor
+    // (caller placement, scopes) could, when admitted inside its initiating
+    // function, run its body inline there, ahead of bodies granted before it
+    // whose runners were posted and have not run yet. The queue counts such
+    // granted-but-unstarted waiters and tells an entry admitted at once whether
+    // it may start inline.
+    bool starts_on_caller_ = false;  // set by the entry before acquire
+    bool start_counted_ = false;     // counted in the queue's unstarted count
+    bool may_start_inline_ = false;  // set at the grant: no earlier grant is unstarted
 };
 
 /// A FIFO list of waiters threaded through their own nodes.
@@ -137,13 +148,24 @@ public:
     waiter_list shut_down();
 
     /// Entries admitted without a permit grant (sessions inside an execution
-    /// scope reuse the scope's permit) still count as admitted and completed.
-    void note_admitted_without_permits();
+    /// scope reuse the scope's permit) still count as admitted and completed;
+    /// `w` is granted as far as start order is concerned (S17).
+    void note_admitted_without_permits(permit_waiter& w);
     void note_completed_without_permits();
     void note_rejected();
 
-    bool poisoned() const;
-    bool is_shut_down() const;
+    /// The body of granted waiter `w` starts now (or never will): it no longer
+    /// holds back bodies granted after it (S17). Idempotent; any thread.
+    void note_started(permit_waiter& w) noexcept {
+        if (w.start_counted_) {
+            w.start_counted_ = false;
+            unstarted_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+
+    /// Lock-free reads, for checks on the way to a body's start (S18).
+    bool poisoned() const noexcept { return poisoned_.load(std::memory_order_acquire); }
+    bool is_shut_down() const noexcept { return shut_down_.load(std::memory_order_acquire); }
     std::size_t permits() const noexcept { return permits_; }
     permit_counters counters() const;
 
@@ -153,6 +175,7 @@ public:
 
 private:
     void grant_fitting_locked(waiter_list& granted);
+    void grant_locked(permit_waiter& w) noexcept;
     waiter_list drain_locked();
 
     mutable std::mutex mutex_;
@@ -164,8 +187,13 @@ private:
     std::size_t available_;
     std::size_t nested_running_ = 0;
     std::uint64_t admitted_ = 0, completed_ = 0, rejected_ = 0, cancelled_ = 0;
-    bool poisoned_ = false;
-    bool shut_down_ = false;
+    // Granted waiters with starts_on_caller_ whose bodies have not started.
+    // Incremented under the lock (so a grant sees every earlier grant's count),
+    // decremented without it by note_started (a stale read only costs a post).
+    std::atomic<std::size_t> unstarted_{0};
+    // Written under the lock, read without it.
+    std::atomic<bool> poisoned_{false};
+    std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace tenferro::detail

@@ -1,0 +1,81 @@
+#pragma once
+// Handing a function to the caller's executor from another thread, such that
+// the caller may destroy its execution context the moment the function has run
+// (contract rule S16, docs/contract.md).
+//
+// The hazard: `asio::post(ex, fn)` enqueues `fn` and *then* wakes a thread of
+// the target context (a condition variable signal after the unlock, an eventfd
+// write, a strand's bookkeeping) and destroys its temporary executor copies.
+// Between the enqueue and the return of `post`, another thread may already run
+// `fn`, which invokes the user's handler; the user may then destroy the
+// io_context (its `run_one()` loop sees the handler done), and the posting
+// thread's remaining touches land on freed memory. Holding a tracked executor
+// copy across the post does not help: its release is itself such a touch.
+//
+// The cure is a rendezvous. The posting thread closes a gate before the post
+// and opens it as its very last action, after `post` returned. The function,
+// when it runs (or is destroyed unrun), first passes the gate: it waits until
+// the poster has left, and only then does anything that can lead to the upcall
+// or free the gate's storage. The wait is bounded by a few instructions of the
+// poster (the rest of `post`), so it spins, then yields; it never waits on
+// user code. A function that runs inline inside the `post`/`dispatch` call
+// itself (dispatch onto the current executor, or an executor that runs
+// everything inline) is on the poster's own thread: it passes at once, and the
+// poster then leaves the gate alone, since its storage may already be gone.
+//
+// Every asynchronous operation of the library hands its completion over this
+// way: session entries (entry_op.hpp) and the .npy operations (io.hpp).
+
+#include <atomic>
+#include <utility>
+
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+
+namespace tenferro::detail {
+
+/// The rendezvous of one hand-off at a time; lives in the operation state.
+class handoff_gate {
+public:
+    handoff_gate() noexcept = default;
+    handoff_gate(const handoff_gate&) = delete;
+    handoff_gate& operator=(const handoff_gate&) = delete;
+
+    /// Called first by the handed-off function, whether it is invoked or
+    /// destroyed unrun: returns once the posting thread no longer touches the
+    /// target executor, its context or this gate.
+    void pass() noexcept;
+
+private:
+    friend class handoff_scope;
+    std::atomic<bool> open_{true};
+};
+
+/// The posting side's half: closes the gate on construction and opens it on
+/// destruction, unless the function already ran (or was destroyed) inline on
+/// this thread, in which case the gate's storage may be gone and is not touched.
+class handoff_scope {
+public:
+    explicit handoff_scope(handoff_gate& gate) noexcept;
+    ~handoff_scope();
+    handoff_scope(const handoff_scope&) = delete;
+    handoff_scope& operator=(const handoff_scope&) = delete;
+
+private:
+    handoff_gate* gate_;
+    handoff_gate* previous_;  // an outer hand-off on this thread (a handler run inline)
+};
+
+/// Posts (or, with `may_dispatch`, dispatches) `fn` to `ex` under `gate`. `fn`
+/// must call `gate.pass()` before anything else, when invoked and when
+/// destroyed unrun.
+template <class Executor, class Function>
+void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_dispatch) {
+    const handoff_scope scope(gate);
+    if (may_dispatch)
+        asio::dispatch(ex, std::forward<Function>(fn));
+    else
+        asio::post(ex, std::forward<Function>(fn));
+}
+
+}  // namespace tenferro::detail

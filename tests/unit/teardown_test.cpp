@@ -1,0 +1,234 @@
+// Rule S16: once a completion handler has run, nothing of tenferro touches its
+// executor or execution context again, so a caller may destroy its io_context
+// the moment the handler ran — whichever way it drives the context. Each case
+// repeats a short life (make a context, complete one or a few operations on it,
+// destroy it at once) many times: the window in which a worker that posted the
+// completion is still inside `post` is a few hundred nanoseconds wide, so it
+// takes thousands of rounds to hit. Before the hand-off gate (handoff.hpp),
+// ASan reported a heap-use-after-free here within a few rounds, and a release
+// build lost a completion (a stale work decrement stopped the next context).
+//
+// Rounds: 10 x TENFERRO_STRESS_ITERATIONS (default 2,000, so 20,000 rounds).
+#include <tenferro/cpu_backend.hpp>
+#include <tenferro/io.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <asio/bind_executor.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+
+#include "test_support.hpp"
+
+using namespace tenferro;
+namespace fs = std::filesystem;
+
+namespace {
+
+long rounds() { return 10 * tenferro::test::stress_iterations(2000); }
+
+/// How the caller drives its context until its handlers have run.
+enum class drive { run_one, poll, run };
+
+/// Drives `io` until `done()`; false when it cannot get there (the context
+/// stopped by itself, or 10 s passed: a lost completion).
+template <class Pred>
+bool drive_until(asio::io_context& io, drive how, Pred done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        switch (how) {
+        case drive::run_one:
+            // A context with no work left returns 0 at once; one whose work
+            // count was corrupted would, too, and never see the handler.
+            if (io.run_one_for(std::chrono::seconds(1)) == 0 && io.stopped() && !done()) return false;
+            break;
+        case drive::poll:
+            io.restart();
+            if (io.poll() == 0) std::this_thread::yield();
+            break;
+        case drive::run:
+            io.restart();
+            io.run_for(std::chrono::seconds(1));
+            break;
+        }
+    }
+    return true;
+}
+
+struct tally {
+    long completed = 0, errors = 0, lost = 0;
+};
+
+/// `entries` entries contending for one permit, each with a plain callback
+/// bound to `ex`; the context is destroyed as soon as the last handler ran.
+template <class MakeExecutor>
+tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, MakeExecutor make_executor) {
+    tally t;
+    const long n = rounds();
+    for (long i = 0; i < n; ++i) {
+        auto io = std::make_unique<asio::io_context>();
+        int done = 0;
+        {
+            auto ex = make_executor(*io);
+            for (int j = 0; j < entries; ++j)
+                cpu.with_backend_session(
+                    session_options{1, wait_policy::fifo, where}, [j](backend_session&) { return j; },
+                    asio::bind_executor(ex, [&, j](std::exception_ptr e, session_result<int> r) {
+                        if (e || !r || *r != j) ++t.errors;
+                        ++done;
+                    }));
+        }
+        if (!drive_until(*io, how, [&] { return done == entries; })) {
+            ++t.lost;
+            (void)io.release();  // leak it: its state is not to be trusted
+            break;
+        }
+        t.completed += done;
+        io.reset();  // at once: a worker may be finishing its post right now
+    }
+    return t;
+}
+
+void check_quiescent(const cpu_backend& cpu) {
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == st.permits);
+    CHECK(st.admitted == st.completed);
+    CHECK(st.waiting == 0);
+}
+
+}  // namespace
+
+TEST_CASE("S16: an io_context destroyed right after run_one() ran the completion (both placements)") {
+    cpu_backend cpu({.permits = 1});
+    for (placement where : {placement::compute, placement::caller}) {
+        INFO((where == placement::compute ? "compute placement" : "caller placement"));
+        const tally t =
+            entry_rounds(cpu, where, drive::run_one, 1, [](asio::io_context& io) { return io.get_executor(); });
+        CHECK(t.lost == 0);
+        CHECK(t.errors == 0);
+        CHECK(t.completed == rounds());
+    }
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S16: three contending entries, the context destroyed after run_one() and after poll() loops") {
+    // With one permit, the second and third entries are granted by the worker
+    // (or the caller) releasing the previous one: the runner hop and the
+    // completion hop both cross threads.
+    cpu_backend cpu({.permits = 1});
+    for (drive how : {drive::run_one, drive::poll})
+        for (placement where : {placement::compute, placement::caller}) {
+            INFO("drive " << static_cast<int>(how) << ", placement " << static_cast<int>(where));
+            const tally t = entry_rounds(cpu, where, how, 3, [](asio::io_context& io) { return io.get_executor(); });
+            CHECK(t.lost == 0);
+            CHECK(t.errors == 0);
+            CHECK(t.completed == 3 * rounds());
+        }
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S16: strand-bound handlers, the context destroyed right after the last one ran") {
+    cpu_backend cpu({.permits = 1});
+    for (placement where : {placement::compute, placement::caller}) {
+        INFO((where == placement::compute ? "compute placement" : "caller placement"));
+        const tally t =
+            entry_rounds(cpu, where, drive::run_one, 2, [](asio::io_context& io) { return asio::make_strand(io); });
+        CHECK(t.lost == 0);
+        CHECK(t.errors == 0);
+        CHECK(t.completed == 2 * rounds());
+    }
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S16: a coroutine that awaits an entry and then calls stop(); the context destroyed at once") {
+    cpu_backend cpu({.permits = 1});
+    long errors = 0, lost = 0, completed = 0;
+    const long n = rounds();
+    for (long i = 0; i < n; ++i) {
+        auto io = std::make_unique<asio::io_context>();
+        bool done = false;
+        const placement where = i % 2 == 0 ? placement::compute : placement::caller;
+        asio::co_spawn(
+            *io,
+            [&, where]() -> asio::awaitable<void> {
+                const session_result<int> r = co_await cpu.with_backend_session(
+                    session_options{1, wait_policy::fifo, where}, [](backend_session&) { return 7; });
+                if (!r || *r != 7) ++errors;
+                done = true;
+                io->stop();
+            },
+            asio::detached);
+        if (!drive_until(*io, drive::run, [&] { return done; })) {
+            ++lost;
+            (void)io.release();
+            break;
+        }
+        ++completed;
+        io.reset();
+    }
+    CHECK(lost == 0);
+    CHECK(errors == 0);
+    CHECK(completed == n);
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S16: .npy reads and writes, the context destroyed right after the handler ran") {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = (fs::path(tmp && *tmp ? tmp : "/tmp") / "tenferro-teardown-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    const fs::path dir = pattern;
+    const fs::path file = dir / "t.npy";
+    const std::vector<float> values{1.f, 2.f, 3.f, 4.f};
+    const tensor source = tensor::from<float>(values, {2, 2});
+
+    // Reads are cheap; writes fsync, so they get fewer rounds.
+    const long read_rounds = rounds();
+    const long write_rounds = std::max<long>(200, rounds() / 50);
+    long errors = 0, lost = 0, reads = 0, writes = 0;
+    for (long i = 0; i < write_rounds + read_rounds && lost == 0; ++i) {
+        const bool write = i < write_rounds;
+        auto io = std::make_unique<asio::io_context>();
+        bool done = false;
+        auto check = [&](std::error_code ec) {
+            if (ec) ++errors;
+            done = true;
+        };
+        if (write)
+            async_write_npy(io->get_executor(), file, source, asio::bind_executor(*io, check));
+        else
+            async_read_npy(io->get_executor(), file,
+                           asio::bind_executor(asio::make_strand(*io), [&](std::error_code ec, tensor t) {
+                               if (!ec && (t.size() != 4 || t.data<float>()[3] != 4.f)) ++errors;
+                               check(ec);
+                           }));
+        if (!drive_until(*io, i % 2 == 0 ? drive::run_one : drive::poll, [&] { return done; })) {
+            ++lost;
+            (void)io.release();
+            break;
+        }
+        ++(write ? writes : reads);
+        io.reset();
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    CHECK(lost == 0);
+    CHECK(errors == 0);
+    CHECK(writes == write_rounds);
+    CHECK(reads == read_rounds);
+}
