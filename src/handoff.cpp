@@ -26,7 +26,7 @@ inline void cpu_relax() noexcept {
 handoff_scope::handoff_scope(handoff_gate& gate) noexcept : gate_(&gate), previous_(posting_gate) {
     // Relaxed suffices: the executor's queue orders this store before the
     // function's first load (the enqueue synchronises with the dequeue).
-    gate.open_.store(false, std::memory_order_relaxed);
+    gate.state_.store(handoff_gate::closed, std::memory_order_relaxed);
     posting_gate = &gate;
 }
 
@@ -34,7 +34,14 @@ handoff_scope::~handoff_scope() {
     // Compare pointers only: if the function ran inline, `*gate_` may be freed.
     const bool still_ours = posting_gate == gate_;
     posting_gate = previous_;
-    if (still_ours) gate_->open_.store(true, std::memory_order_release);  // the last touch
+    if (!still_ours) return;
+    // The last touch of the gate: open it and learn, in the same atomic step,
+    // whether the function is already waiting for us. If it is, it has most
+    // likely preempted this thread on this CPU (Linux tends to run a woken
+    // thread on its waker's CPU), so give the CPU back at once rather than at
+    // the end of our time slice or of a compute worker's spin.
+    if (gate_->state_.exchange(handoff_gate::open, std::memory_order_acq_rel) == handoff_gate::closed_with_waiter)
+        std::this_thread::yield();
 }
 
 void handoff_gate::pass() noexcept {
@@ -45,14 +52,17 @@ void handoff_gate::pass() noexcept {
         return;
     }
     // The poster is between its enqueue and its return from post: a few
-    // hundred instructions at most, unless it was preempted; then yield the
-    // core to it.
-    for (unsigned spins = 0; !open_.load(std::memory_order_acquire); ++spins) {
-        if (spins < 128)
-            cpu_relax();
-        else
-            std::this_thread::yield();
+    // hundred instructions, unless it was preempted, typically by this very
+    // thread on the same CPU. Spin only briefly (a PAUSE costs up to ~40 ns),
+    // then say we wait and yield the CPU to it until it opens the gate.
+    for (unsigned spins = 0; spins < 16; ++spins) {
+        if (state_.load(std::memory_order_acquire) == open) return;
+        cpu_relax();
     }
+    unsigned char expected = closed;
+    if (!state_.compare_exchange_strong(expected, closed_with_waiter, std::memory_order_acq_rel) && expected == open)
+        return;
+    while (state_.load(std::memory_order_acquire) != open) std::this_thread::yield();
 }
 
 }  // namespace tenferro::detail

@@ -150,10 +150,10 @@ std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, con
 
 /// Holds the handler and the outstanding work of its executor. On completion (a
 /// backend thread) it stores the outcome and hands itself to that executor through a
-/// hand-off gate (detail/handoff.hpp): there it clears the cancellation slot (the
-/// slot belongs to the handler's side), frees itself with the tracked work and only
-/// then calls the handler, so nothing of the operation touches the caller's executor
-/// or context once the handler has run (S16).
+/// hand-off gate (detail/handoff.hpp): there it releases the tracked work, clears the
+/// cancellation slot (the slot belongs to the handler's side) and calls the handler,
+/// and returns only once the posting thread has left, so nothing of the operation
+/// touches the caller's executor or context once the handler has run (S16).
 template <class Handler, class IoExecutor, class Receiver, class... Args>
 class npy_completion final : public Receiver {
     using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
@@ -189,19 +189,24 @@ private:
                 delete self;  // the executor discarded it unrun
             }
         }
-        void operator()() {
-            npy_completion* s = std::exchange(self, nullptr);
-            s->gate_.pass();
-            s->finish();
-        }
+        void operator()() { std::exchange(self, nullptr)->finish(); }  // passes the gate after the upcall
     };
 
+    /// Runs inside the handler's executor; passes the gate and frees the
+    /// operation after the upcall, for the reason given at entry_op::finish.
     void finish() {
         Handler handler = std::move(handler_);
         std::tuple<Args...> outcome = std::move(*outcome_);
-        delete this;  // with the tracked work: before the upcall
+        { const work_executor released(std::move(work_)); }  // before the upcall
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected()) slot.clear();
+        struct after_upcall {
+            npy_completion* self;
+            ~after_upcall() {
+                self->gate_.pass();
+                delete self;
+            }
+        } const done{this};
         std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
     }
 

@@ -252,11 +252,7 @@ private:
                 op->destroy();
             }
         }
-        void operator()() {
-            entry_op* o = std::exchange(op, nullptr);
-            o->gate_.pass();
-            o->finish();
-        }
+        void operator()() { std::exchange(op, nullptr)->finish(); }  // passes the gate after the upcall
     };
 
     /// Runs the body on the caller's executor (placement::caller).
@@ -382,18 +378,33 @@ private:
         hop(may_dispatch, completion_handler(this));
     }
 
-    /// On the handler's executor: clear the slot, free the op, call the handler.
+    /// On the handler's executor: clear the slot, release the tracked work,
+    /// call the handler; then pass the hand-off gate and free the op.
+    ///
+    /// The gate is passed after the upcall, not before: the poster may still be
+    /// inside `post` (returning from the syscall that woke this thread), and
+    /// the caller need not wait for that. It is safe because this function runs
+    /// inside the caller's context (its run loop, a strand's invoker): the
+    /// context cannot be destroyed before we return, and we return only once
+    /// the poster has left (S16). The op is therefore freed after the upcall,
+    /// not before as Asio's own ops do: it holds the gate.
     void finish() {
         if (slot_.is_connected()) slot_.clear();
-        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
         Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
-        // The tracked work goes with the op, before the upcall (S16): this
-        // function is itself queued work of the context while it runs, so the
-        // count cannot reach zero here, and nothing of ours touches the
-        // executor once the handler has been called.
-        destroy(alloc);
+        // This function is itself queued work of the context while it runs,
+        // so the count cannot reach zero here; and the handler sees no work of
+        // ours outstanding.
+        { const work_executor released(std::move(work_)); }
+        struct after_upcall {
+            entry_op* op;
+            allocator_type alloc;
+            ~after_upcall() {
+                op->gate_.pass();
+                op->destroy(alloc);
+            }
+        } const done{this, allocator_type(asio::get_associated_allocator(handler, entry_allocator<void>()))};
         std::move(handler)(std::move(exception), std::move(result));
     }
 

@@ -14,9 +14,14 @@
 //
 // The cure is a rendezvous. The posting thread closes a gate before the post
 // and opens it as its very last action, after `post` returned. The function,
-// when it runs (or is destroyed unrun), first passes the gate: it waits until
-// the poster has left, and only then does anything that can lead to the upcall
-// or free the gate's storage. The wait is bounded by a few instructions of the
+// when it runs (or is destroyed unrun), passes the gate: it waits until the
+// poster has left. It must pass before it frees the gate's storage, and before
+// the caller's context could be destroyed: a function that calls the user's
+// handler may call it first and pass afterwards, still inside its own
+// invocation (the context cannot be destroyed while one of its handlers runs),
+// which keeps the poster's remaining time out of the caller's latency; a
+// function that runs a session body must pass first, since the body may
+// complete the entry and free the operation. The wait is bounded by a few instructions of the
 // poster (the rest of `post`), so it spins, then yields; it never waits on
 // user code. A function that runs inline inside the `post`/`dispatch` call
 // itself (dispatch onto the current executor, or an executor that runs
@@ -41,14 +46,16 @@ public:
     handoff_gate(const handoff_gate&) = delete;
     handoff_gate& operator=(const handoff_gate&) = delete;
 
-    /// Called first by the handed-off function, whether it is invoked or
-    /// destroyed unrun: returns once the posting thread no longer touches the
-    /// target executor, its context or this gate.
+    /// Called by the handed-off function, whether it is invoked or destroyed
+    /// unrun, before the gate's storage is freed and before the function
+    /// returns: returns once the posting thread no longer touches the target
+    /// executor, its context or this gate.
     void pass() noexcept;
 
 private:
     friend class handoff_scope;
-    std::atomic<bool> open_{true};
+    enum : unsigned char { open, closed, closed_with_waiter };
+    std::atomic<unsigned char> state_{open};
 };
 
 /// The posting side's half: closes the gate on construction and opens it on
@@ -67,8 +74,7 @@ private:
 };
 
 /// Posts (or, with `may_dispatch`, dispatches) `fn` to `ex` under `gate`. `fn`
-/// must call `gate.pass()` before anything else, when invoked and when
-/// destroyed unrun.
+/// must call `gate.pass()` when invoked and when destroyed unrun, as above.
 template <class Executor, class Function>
 void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_dispatch) {
     const handoff_scope scope(gate);
