@@ -1,6 +1,7 @@
 #include "corpus.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <numbers>
@@ -121,17 +122,44 @@ asio::awaitable<tf::tensor> obtain_corpus(tf::cpu_backend& cpu, const corpus_sou
         }
         // Scores are cosines only if every row has unit length; a file from
         // elsewhere need not. (Rows of zeros stay zero: they score 0.)
+        // A row holding inf or NaN would normalise to NaN, outrank every row
+        // for every query and be served with a null score, so such a corpus
+        // is refused, naming the first bad element (skipping the row instead
+        // would renumber the rows after it, or leave a hole that still
+        // scores): the file must be fixed.
         float* const data = corpus.data<float>();
         const std::int64_t rows = corpus.shape()[0], dim = corpus.shape()[1];
+        const std::int64_t none = rows * dim;
+        std::atomic<std::int64_t> first_bad{none};  // flat index of the first non-finite element
         tf::session_options options;
         options.permits = cpu.permits();
-        auto body = [data, rows, dim](tf::backend_session& s) {
+        auto body = [data, rows, dim, &first_bad](tf::backend_session& s) {
             s.parallel_for(rows, 1024, [&](std::int64_t begin, std::int64_t end) {
-                for (std::int64_t r = begin; r < end; ++r) normalise_unless_unit(data + r * dim, dim);
+                for (std::int64_t r = begin; r < end; ++r) {
+                    const float* row = data + r * dim;
+                    const float* bad = std::find_if(row, row + dim, [](float v) { return !std::isfinite(v); });
+                    if (bad != row + dim) {
+                        // Keep the smallest index over all blocks: the first in the file.
+                        std::int64_t at = r * dim + (bad - row), seen = first_bad.load();
+                        while (at < seen && !first_bad.compare_exchange_weak(seen, at)) {
+                        }
+                        return;  // rows after it in this block cannot come first
+                    }
+                    normalise_unless_unit(data + r * dim, dim);
+                }
             });
         };
         tf::session_result<void> done = co_await cpu.with_backend_session(options, body);
         if (!done) throw std::runtime_error("normalising the corpus: " + done.error().message());
+        if (const std::int64_t at = first_bad.load(); at != none) {
+            const float v = data[at];
+            throw std::runtime_error("corpus " + source.path + ": row " + std::to_string(at / dim) + ", column " +
+                                     std::to_string(at % dim) + " is " +
+                                     (std::isnan(v) ? "NaN"
+                                      : v > 0       ? "inf"
+                                                    : "-inf") +
+                                     "; every element must be a finite number (rows and columns count from 0)");
+        }
     }
     info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (origin) *origin = std::move(info);

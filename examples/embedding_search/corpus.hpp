@@ -48,7 +48,8 @@ struct corpus_origin {
 /// A corpus read from a file gets its rows scaled to unit length (in a session
 /// on `cpu`), so that dot products are cosines whatever the file held.
 /// \throws std::system_error or std::runtime_error naming the file for an
-/// unreadable or malformed corpus.
+/// unreadable or malformed corpus, and std::runtime_error naming the row and
+/// column of the first inf or NaN for a corpus that holds one.
 asio::awaitable<tenferro::tensor> obtain_corpus(tenferro::cpu_backend& cpu, const corpus_source& source,
                                                 corpus_origin* origin = nullptr);
 

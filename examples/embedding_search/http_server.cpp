@@ -1,10 +1,9 @@
 #include "http_server.hpp"
 
-#include <http_parser.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string_view>
 
 #include <asio/co_spawn.hpp>
@@ -14,6 +13,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include "http_request_parser.hpp"
 #include "json_writer.hpp"
 
 namespace tf = tenferro;
@@ -47,24 +47,21 @@ std::string_view reason_phrase(int status) {
         return "Request Timeout";
     case 413:
         return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 431:
+        return "Request Header Fields Too Large";
     case 500:
         return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
     case 503:
         return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
     default:
         return "Unknown";
     }
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return (x | 0x20) == (y | 0x20); });
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
 }
 
 std::string error_body(std::string_view field, std::string_view message) {
@@ -95,10 +92,11 @@ struct search_server::http_response {
 class connection : public std::enable_shared_from_this<connection> {
 public:
     connection(search_server& server, tcp::socket socket)
-        : server_(server), socket_(std::move(socket)), timer_(socket_.get_executor()), buffer_(read_buffer_bytes) {
-        http_parser_init(&parser_, HTTP_REQUEST);
-        parser_.data = this;
-    }
+        : server_(server),
+          socket_(std::move(socket)),
+          timer_(socket_.get_executor()),
+          parser_(http_parse_limits{.max_body_bytes = server.options_.max_body_bytes}),
+          buffer_(read_buffer_bytes) {}
 
     asio::any_io_executor executor() { return socket_.get_executor(); }
 
@@ -174,24 +172,31 @@ private:
                 }
                 end = n;
             }
-            begin += http_parser_execute(&parser_, &settings(), buffer_.data() + begin, end - begin);
-            if (message_complete_) {
-                http_parser_pause(&parser_, 0);
+            // The parser stops after a complete request, so pipelined requests
+            // are answered one at a time, in order.
+            begin += parser_.parse(buffer_.data() + begin, end - begin);
+            if (parser_.started() && !in_request_) {
+                in_request_ = true;
+                request_deadline_ = clock_type::now() + server_.options_.request_timeout;
+                set_deadline(request_deadline_);
+            }
+            if (parser_.complete()) {
                 if (!co_await respond()) co_return;
                 continue;
             }
-            if (const auto err = HTTP_PARSER_ERRNO(&parser_); err != HPE_OK) {
-                if (body_too_large_) {
-                    co_await send_error(
-                        413, "body", "the body exceeds " + std::to_string(server_.options_.max_body_bytes) + " bytes");
-                } else {
-                    co_await send_error(
-                        400, "http",
-                        std::string("malformed HTTP request: ") + http_errno_description(static_cast<http_errno>(err)));
-                }
+            if (parser_.failed()) {
+                // Every framing error is final: after it, where the next request
+                // would begin is unknown, so the connection closes.
+                // (Named locals, not a conditional's temporaries, as co_await
+                // arguments: GCC 12 destroys such temporaries twice.)
+                const http_parse_error& e = parser_.error();
+                const std::string_view field = e.status == 413 ? "body" : "http";
+                std::string message = e.message;
+                if (e.status != 413) message.insert(0, "malformed HTTP request: ");
+                co_await send_error(e.status, field, message);
                 co_return;
             }
-            if (headers_complete_ && expect_continue_ && !continue_sent_) {
+            if (parser_.headers_complete() && parser_.request().expect_continue && !continue_sent_) {
                 continue_sent_ = true;
                 static constexpr std::string_view interim = "HTTP/1.1 100 Continue\r\n\r\n";
                 if (!co_await write_buffers({asio::buffer(interim.data(), interim.size()), asio::const_buffer()})) {
@@ -204,15 +209,16 @@ private:
     /// Answers the complete request; false when the connection must close.
     asio::awaitable<bool> respond() {
         const auto received = clock_type::now();
-        // An Upgrade request leaves http_parser expecting another protocol: answer
-        // it as plain HTTP and close.
-        const bool keep_alive_requested = http_should_keep_alive(&parser_) != 0 && !parser_.upgrade;
+        // (An Upgrade header is ignored, as RFC 9110 §7.8 allows: the answer is plain HTTP/1.1.)
+        const http_request& request = parser_.request();
+        const bool keep_alive_requested = request.keep_alive;
         in_request_ = false;
         server_.requests_.fetch_add(1, std::memory_order_relaxed);
         if (served_ > 0) server_.keepalive_reused_.fetch_add(1, std::memory_order_relaxed);
 
         set_deadline(clock_type::time_point::max());  // the server's own work has no deadline
-        search_server::http_response r = co_await server_.handle(method_, url_, body_, received);
+        search_server::http_response r =
+            co_await server_.handle(request.method, request.target, request.body, received);
         const bool keep_alive =
             keep_alive_requested && !r.close && !server_.draining_flag_.load(std::memory_order_acquire);
         const bool written = co_await write_response(r, keep_alive);
@@ -232,7 +238,7 @@ private:
         head_ += "\r\n";
         if (!keep_alive) {
             head_ += "Connection: close\r\n";
-        } else if (parser_.http_major == 1 && parser_.http_minor == 0) {
+        } else if (parser_.request().version_minor == 0) {
             head_ += "Connection: keep-alive\r\n";
         }
         if (r.retry_after) head_ += "Retry-After: " + std::to_string(server_.options_.retry_after_seconds) + "\r\n";
@@ -270,97 +276,9 @@ private:
     }
 
     void reset_request() {
-        url_.clear();
-        body_.clear();
-        field_.clear();
-        value_.clear();
-        in_value_ = false;
+        parser_.next();
         in_request_ = false;
-        message_complete_ = false;
-        headers_complete_ = false;
-        expect_continue_ = false;
         continue_sent_ = false;
-    }
-
-    void finish_header() {
-        if (iequals(field_, "expect") && iequals(trim(value_), "100-continue")) expect_continue_ = true;
-        field_.clear();
-        value_.clear();
-        in_value_ = false;
-    }
-
-    // http_parser callbacks; `parser->data` is the connection. A non-zero
-    // return stops the parser with an error.
-    static connection& self(http_parser* p) { return *static_cast<connection*>(p->data); }
-
-    static int on_message_begin(http_parser* p) {
-        connection& c = self(p);
-        c.reset_request();
-        c.in_request_ = true;
-        c.request_deadline_ = clock_type::now() + c.server_.options_.request_timeout;
-        c.set_deadline(c.request_deadline_);
-        return 0;
-    }
-    static int on_url(http_parser* p, const char* at, std::size_t n) {
-        self(p).url_.append(at, n);
-        return 0;
-    }
-    static int on_header_field(http_parser* p, const char* at, std::size_t n) {
-        connection& c = self(p);
-        if (c.in_value_) c.finish_header();
-        c.field_.append(at, n);
-        return 0;
-    }
-    static int on_header_value(http_parser* p, const char* at, std::size_t n) {
-        connection& c = self(p);
-        c.in_value_ = true;
-        c.value_.append(at, n);
-        return 0;
-    }
-    static int on_headers_complete(http_parser* p) {
-        connection& c = self(p);
-        if (c.in_value_) c.finish_header();
-        c.headers_complete_ = true;
-        const std::size_t limit = c.server_.options_.max_body_bytes;
-        // ULLONG_MAX: no Content-Length (chunked, or no body); on_body checks those.
-        if (p->content_length != ULLONG_MAX && p->content_length > limit) {
-            c.body_too_large_ = true;
-            return -1;
-        }
-        if (p->content_length != ULLONG_MAX) c.body_.reserve(std::size_t(p->content_length));
-        return 0;
-    }
-    static int on_body(http_parser* p, const char* at, std::size_t n) {
-        connection& c = self(p);
-        if (c.body_.size() + n > c.server_.options_.max_body_bytes) {
-            c.body_too_large_ = true;
-            return -1;
-        }
-        c.body_.append(at, n);
-        return 0;
-    }
-    static int on_message_complete(http_parser* p) {
-        connection& c = self(p);
-        c.message_complete_ = true;
-        c.method_ = int(p->method);
-        // Stop after this message, so that pipelined requests are answered in order.
-        http_parser_pause(p, 1);
-        return 0;
-    }
-    static const http_parser_settings& settings() {
-        static const http_parser_settings s = [] {
-            http_parser_settings x;
-            http_parser_settings_init(&x);
-            x.on_message_begin = on_message_begin;
-            x.on_url = on_url;
-            x.on_header_field = on_header_field;
-            x.on_header_value = on_header_value;
-            x.on_headers_complete = on_headers_complete;
-            x.on_body = on_body;
-            x.on_message_complete = on_message_complete;
-            return x;
-        }();
-        return s;
     }
 
     search_server& server_;
@@ -368,20 +286,12 @@ private:
     asio::steady_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();
     clock_type::time_point request_deadline_ = clock_type::time_point::max();
-    http_parser parser_;
+    http_request_parser parser_;
     std::vector<char> buffer_;
     std::string head_;
 
-    // The request being received.
-    std::string url_, body_, field_, value_;
-    int method_ = 0;
-    bool in_value_ = false;
-    bool in_request_ = false;
-    bool headers_complete_ = false;
-    bool message_complete_ = false;
-    bool expect_continue_ = false;
-    bool continue_sent_ = false;
-    bool body_too_large_ = false;
+    bool in_request_ = false;    // a request has begun and is not answered yet
+    bool continue_sent_ = false; // 100 Continue written for the current request
 
     bool idle_ = false;       // waiting for the first byte of a request
     bool timed_out_ = false;  // the watchdog cancelled the socket's operations
@@ -396,6 +306,12 @@ search_server::search_server(search_engine& engine, server_options options)
       acceptor_(strand_),
       signals_(strand_),
       drain_timer_(strand_) {
+    // Checked here as well as by tenferro-search's flags, for embedders: a
+    // max_k below 1 made every search without "k" fail inside the engine.
+    if (options_.max_k < 1) {
+        throw std::invalid_argument("search_server: max_k must be at least 1, got " + std::to_string(options_.max_k));
+    }
+    if (options_.max_body_bytes < 1) throw std::invalid_argument("search_server: max_body_bytes must be at least 1");
     limits_.dim = engine_.dim();
     limits_.max_k = std::min(options_.max_k, engine_.rows());
     limits_.default_k = std::min<std::int64_t>(10, limits_.max_k);
@@ -504,13 +420,13 @@ void search_server::count_response(int status) noexcept {
     if (status >= 0 && status < int(responses_.size())) responses_[std::size_t(status)].fetch_add(1);
 }
 
-asio::awaitable<search_server::http_response> search_server::handle(int method, std::string_view target,
+asio::awaitable<search_server::http_response> search_server::handle(std::string_view method, std::string_view target,
                                                                     std::string_view body,
                                                                     clock_type::time_point received) {
     const std::string_view path = target.substr(0, target.find('?'));
     http_response r;
     if (path == "/v1/search") {
-        if (method != HTTP_POST) {
+        if (method != "POST") {
             r.status = 405;
             r.allow = "POST";
             r.body = error_body("method", "use POST for /v1/search");
@@ -521,7 +437,7 @@ asio::awaitable<search_server::http_response> search_server::handle(int method, 
         co_return r;
     }
     if (path == "/healthz" || path == "/v1/stats") {
-        if (method != HTTP_GET) {
+        if (method != "GET") {
             r.status = 405;
             r.allow = "GET";
             r.body = error_body("method", "use GET for " + std::string(path));
@@ -563,12 +479,19 @@ asio::awaitable<search_server::http_response> search_server::handle_search(std::
     case search_status::shed:
         r.status = 503;
         r.retry_after = true;
-        r.body = error_body("", "overloaded, retry later: " + out.error);
+        r.body = error_body("", "overloaded, retry later");
         break;
-    case search_status::failed:
+    case search_status::failed: {
+        // The detail (an exception's what()) is the operator's, not the
+        // client's: it goes to the log under an id the client also gets.
+        static std::atomic<std::uint64_t> next_incident{1};
+        const std::uint64_t incident = next_incident.fetch_add(1, std::memory_order_relaxed);
+        std::fprintf(stderr, "tenferro-search: search failed (incident %llu): %s\n",
+                     static_cast<unsigned long long>(incident), out.error.c_str());
         r.status = 500;
-        r.body = error_body("", out.error);
+        r.body = error_body("", "internal error (incident " + std::to_string(incident) + ")");
         break;
+    }
     }
     co_return r;
 }

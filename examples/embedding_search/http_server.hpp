@@ -1,12 +1,14 @@
 #pragma once
 // The HTTP/1.1 front end: keep-alive connections on an Asio io_context run by
-// `io_threads` threads, requests parsed with http_parser, three routes:
+// `io_threads` threads, requests parsed strictly (http_request_parser.hpp),
+// three routes:
 //
 //   POST /v1/search   {"vector": [D numbers], "k": 10} -> {"results": [{"index": i, "score": s}, ...]}
 //   GET  /v1/stats    admission, buffer-pool, request and latency counters
 //   GET  /healthz     {"status": "ok"}
 //
-// Bad input never takes the server down: malformed HTTP -> 400 and close; a bad
+// Bad input never takes the server down: malformed HTTP -> 400 (or 501 for an
+// unsupported transfer coding, 505 for another HTTP version) and close; a bad
 // search body -> 400 naming the field; a body over the limit -> 413 and close;
 // admission refused (the tenferro queue bound) -> 503 with Retry-After; idle
 // and slow clients are timed out; drain() (or SIGINT / SIGTERM) stops
@@ -94,7 +96,7 @@ private:
     void begin_drain();
     void connection_closed(connection* c);
     void count_response(int status) noexcept;
-    asio::awaitable<http_response> handle(int method, std::string_view target, std::string_view body,
+    asio::awaitable<http_response> handle(std::string_view method, std::string_view target, std::string_view body,
                                           std::chrono::steady_clock::time_point received);
     asio::awaitable<http_response> handle_search(std::string_view body);
 

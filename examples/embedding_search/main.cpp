@@ -4,17 +4,21 @@
 //   tenferro-search --generate 200000 128 [--corpus out.npy] generate one (and save it) first
 //   tenferro-search demo [--duration 10] ...                 the load demo `./dev run` runs
 //   tenferro-search bench [--duration 5] ...                 tenferro vs compute inline on the I/O threads
+#include <unistd.h>
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <future>
 #include <limits>
+#include <new>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
 #include <asio/use_future.hpp>
 #include <tenferro/tenferro.hpp>
 
@@ -40,11 +44,73 @@ struct serve_options {
 
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(std::int64_t(seconds * 1000.0)); }
 
+// Every flag is checked when the command line is parsed, so that a bad value
+// stops the program at once with a message naming the flag, what it got and
+// what it accepts, instead of surfacing later as an exception's text (or, for
+// --max-k, in a response to a client).
+
+/// Whole numbers in [lo, hi] (CLI11's message: "Value -5 not in range 1 to 1000").
+template <class T>
+CLI::Range whole(T lo, T hi = std::numeric_limits<T>::max()) {
+    return CLI::Range(lo, hi);
+}
+
+/// Seconds: a finite number in (0, one day]. (CLI11's Range lets NaN through,
+/// and a value beyond about 9e15 s would overflow the conversion to milliseconds.)
+const CLI::Validator seconds_validator(
+    [](std::string& input) -> std::string {
+        double v = 0.0;
+        if (!CLI::detail::lexical_cast(input, v) || !std::isfinite(v) || v < 0.001 || v > 86400.0) {
+            return "'" + input + "' is not a number of seconds from 0.001 to 86400";
+        }
+        return {};
+    },
+    "SECONDS in [0.001, 86400]");
+
+/// A numeric IP address: the server binds it as given, without name resolution.
+const CLI::Validator ip_address_validator(
+    [](std::string& input) -> std::string {
+        std::error_code ec;
+        (void)asio::ip::make_address(input, ec);
+        if (ec) {
+            return "'" + input +
+                   "' is not an IP address; give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or :: "
+                   "(host names are not resolved)";
+        }
+        return {};
+    },
+    "IPv4 or IPv6 address");
+
+/// Why a rows x dim f32 corpus cannot be held in memory, or "" when it can.
+/// (Without this, an absurd size ends in "std::bad_alloc" or the OOM killer.)
+std::string corpus_size_problem(const char* flags, std::int64_t rows, std::int64_t dim) {
+    const std::string what = std::string(flags) + " " + std::to_string(rows) + " x " + std::to_string(dim);
+    constexpr auto max_bytes = std::uint64_t(std::numeric_limits<std::int64_t>::max());
+    if (std::uint64_t(rows) > max_bytes / sizeof(float) / std::uint64_t(dim)) {
+        return what + ": the corpus would not fit in a 64-bit address space";
+    }
+    const std::uint64_t bytes = std::uint64_t(rows) * std::uint64_t(dim) * sizeof(float);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0 && bytes > std::uint64_t(pages) * std::uint64_t(page)) {
+        char text[200];
+        std::snprintf(text, sizeof text,
+                      ": the corpus needs %.3g GB of f32 (4 bytes per element), this machine has %.3g GB",
+                      double(bytes) / 1e9, double(pages) * double(page) / 1e9);
+        return what + text;
+    }
+    return {};
+}
+
 int serve(serve_options o) {
     corpus_source source;
     source.path = o.corpus_path;
     source.seed = o.seed;
     if (!o.generate.empty()) {
+        if (const std::string problem = corpus_size_problem("--generate", o.generate[0], o.generate[1]);
+            !problem.empty()) {
+            std::fprintf(stderr, "tenferro-search: %s\n", problem.c_str());
+            return 2;
+        }
         source.generate = true;
         source.rows = o.generate[0];
         source.dim = o.generate[1];
@@ -88,14 +154,21 @@ int serve(serve_options o) {
 }
 
 void add_mode_options(CLI::App& app, server_mode& mode) {
-    app.add_option("--io-threads", mode.io_threads, "threads running the HTTP I/O")->capture_default_str();
-    app.add_option("--permits", mode.permits, "tenferro compute permits (0: one per core)")->capture_default_str();
+    app.add_option("--io-threads", mode.io_threads, "threads running the HTTP I/O")
+        ->check(whole<std::size_t>(1, 1024))
+        ->capture_default_str();
+    app.add_option("--permits", mode.permits, "tenferro compute permits (0: one per core)")
+        ->check(whole<std::size_t>(0, 4096))
+        ->capture_default_str();
     app.add_option("--max-waiters", mode.max_waiters, "queued searches beyond which requests get 503")
+        ->check(whole<std::size_t>(1, std::size_t(1) << 30))
         ->capture_default_str();
     app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
+        ->check(whole<std::size_t>(1, 4096))
         ->capture_default_str();
     app.add_option("--compute-nice", mode.compute_nice,
                    "nice value the compute workers give themselves, below the I/O threads' (0: leave them)")
+        ->check(whole(0, 19))
         ->capture_default_str();
     app.add_flag("--inline", mode.inline_compute,
                  "baseline without tenferro admission: compute on the I/O threads that parsed the request");
@@ -118,65 +191,119 @@ int main(int argc, char** argv) {
     app.add_option("--corpus", serve_opts.corpus_path, "the corpus, an N x D f32 .npy file (written when generating)");
     app.add_option("--generate", serve_opts.generate, "generate a random corpus of ROWS x DIM unit rows")
         ->expected(2)
-        ->type_name("ROWS DIM");
+        ->type_name("ROWS DIM")
+        ->check(whole<std::int64_t>(1));
     app.add_option("--seed", serve_opts.seed, "seed of the generated corpus")->capture_default_str();
-    app.add_option("--host", serve_opts.server.host, "address to listen on")->capture_default_str();
-    app.add_option("--port", serve_opts.server.port, "port (0: any free port)")->capture_default_str();
+    app.add_option("--host", serve_opts.server.host, "IP address to listen on")
+        ->check(ip_address_validator)
+        ->capture_default_str();
+    app.add_option("--port", serve_opts.server.port, "port (0: any free port)")
+        ->check(whole(0, 65535))
+        ->capture_default_str();
     add_mode_options(app, serve_opts.mode);
     app.add_option("--max-body", serve_opts.server.max_body_bytes, "largest request body (bytes); larger get 413")
+        ->check(whole<std::size_t>(1, std::size_t(1) << 30))
         ->capture_default_str();
-    app.add_option("--max-k", serve_opts.server.max_k, "largest k accepted")->capture_default_str();
+    app.add_option("--max-k", serve_opts.server.max_k, "largest k accepted (capped at the corpus rows)")
+        ->check(whole<std::int64_t>(1))
+        ->capture_default_str();
     app.add_option("--idle-timeout", serve_opts.idle_timeout_s, "seconds an idle keep-alive connection stays open")
+        ->check(seconds_validator)
         ->capture_default_str();
     app.add_option("--request-timeout", serve_opts.request_timeout_s,
                    "seconds a client has to send a whole request, or to take a response")
+        ->check(seconds_validator)
         ->capture_default_str();
     app.add_option("--drain-timeout", serve_opts.drain_timeout_s, "seconds SIGINT/SIGTERM waits for requests in flight")
+        ->check(seconds_validator)
         ->capture_default_str();
     app.add_option("--retry-after", serve_opts.server.retry_after_seconds, "Retry-After seconds sent with 503")
+        ->check(whole(0, 86400))
         ->capture_default_str();
 
     demo_options demo_opts;
     CLI::App* demo = app.add_subcommand("demo", "generate a corpus, serve it and drive it with the built-in load");
-    demo->add_option("--rows", demo_opts.rows, "corpus rows")->capture_default_str();
-    demo->add_option("--dim", demo_opts.dim, "corpus dimension")->capture_default_str();
+    demo->add_option("--rows", demo_opts.rows, "corpus rows")->check(whole<std::int64_t>(1))->capture_default_str();
+    demo->add_option("--dim", demo_opts.dim, "corpus dimension")->check(whole<std::int64_t>(1))->capture_default_str();
     demo->add_option("--seed", demo_opts.seed, "corpus seed")->capture_default_str();
-    demo->add_option("--data-dir", demo_opts.data_dir, "where the corpus and the reports go")->capture_default_str();
-    demo->add_option("--connections", demo_opts.connections, "keep-alive connections")->capture_default_str();
-    demo->add_option("--duration", demo_opts.duration_seconds, "seconds of load")->capture_default_str();
-    demo->add_option("-k", demo_opts.k, "results per query")->capture_default_str();
+    demo->add_option("--data-dir", demo_opts.data_dir, "where the corpus and the reports go")
+        ->check(CLI::ExistingDirectory)
+        ->capture_default_str();
+    demo->add_option("--connections", demo_opts.connections, "keep-alive connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
+    demo->add_option("--duration", demo_opts.duration_seconds, "seconds of load")
+        ->check(seconds_validator)
+        ->capture_default_str();
+    demo->add_option("-k", demo_opts.k, "results per query")->check(whole<std::int64_t>(1))->capture_default_str();
     demo->add_option("--healthz-interval-ms", demo_opts.healthz_interval_ms, "/healthz probe period")
+        ->check(whole(1, 60'000))
         ->capture_default_str();
     demo->add_flag("!--no-progress", demo_opts.progress, "no progress bar");
     add_mode_options(*demo, demo_opts.mode);
 
     bench_options bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");
-    bench->add_option("--rows", bench_opts.rows, "corpus rows")->capture_default_str();
-    bench->add_option("--dim", bench_opts.dim, "corpus dimension")->capture_default_str();
-    bench->add_option("--connections", bench_opts.connections, "keep-alive connections")->capture_default_str();
-    bench->add_option("--duration", bench_opts.duration_seconds, "seconds per run")->capture_default_str();
-    bench->add_option("--rounds", bench_opts.rounds, "rounds (each runs every variant once)")->capture_default_str();
-    bench->add_option("-k", bench_opts.k, "results per query")->capture_default_str();
-    bench->add_option("--batch", bench_opts.max_batch, "tenferro batch bound")->capture_default_str();
+    bench->add_option("--rows", bench_opts.rows, "corpus rows")->check(whole<std::int64_t>(1))->capture_default_str();
+    bench->add_option("--dim", bench_opts.dim, "corpus dimension")
+        ->check(whole<std::int64_t>(1))
+        ->capture_default_str();
+    bench->add_option("--connections", bench_opts.connections, "keep-alive connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
+    bench->add_option("--duration", bench_opts.duration_seconds, "seconds per run")
+        ->check(seconds_validator)
+        ->capture_default_str();
+    bench->add_option("--rounds", bench_opts.rounds, "rounds (each runs every variant once)")
+        ->check(whole(1, 1000))
+        ->capture_default_str();
+    bench->add_option("-k", bench_opts.k, "results per query")->check(whole<std::int64_t>(1))->capture_default_str();
+    bench->add_option("--batch", bench_opts.max_batch, "tenferro batch bound")
+        ->check(whole<std::size_t>(1, 4096))
+        ->capture_default_str();
     bench->add_option("--compute-nice", bench_opts.compute_nice, "nice value of tenferro's compute workers")
+        ->check(whole(0, 19))
         ->capture_default_str();
     bench->add_option("--io-threads", bench_opts.tenferro_io_threads, "I/O threads of the tenferro server")
+        ->check(whole<std::size_t>(1, 1024))
         ->capture_default_str();
     bench
         ->add_option("--inline-io-threads", bench_opts.inline_io_threads,
                      "I/O threads of the inline server (0: one per core)")
+        ->check(whole<std::size_t>(0, 1024))
         ->capture_default_str();
     bench->add_option("--healthz-interval-ms", bench_opts.healthz_interval_ms, "/healthz probe period")
+        ->check(whole(1, 60'000))
         ->capture_default_str();
     bench->add_option("--json", bench_opts.json_path, "also write every run as a JSON line to this file");
 
     CLI11_PARSE(app, argc, argv);
 
     try {
-        if (demo->parsed()) return run_demo(demo_opts);
-        if (bench->parsed()) return run_bench(bench_opts);
+        if (demo->parsed()) {
+            if (const std::string p = corpus_size_problem("demo --rows --dim", demo_opts.rows, demo_opts.dim);
+                !p.empty()) {
+                std::fprintf(stderr, "tenferro-search: %s\n", p.c_str());
+                return 2;
+            }
+            return run_demo(demo_opts);
+        }
+        if (bench->parsed()) {
+            if (const std::string p = corpus_size_problem("bench --rows --dim", bench_opts.rows, bench_opts.dim);
+                !p.empty()) {
+                std::fprintf(stderr, "tenferro-search: %s\n", p.c_str());
+                return 2;
+            }
+            return run_bench(bench_opts);
+        }
         return serve(std::move(serve_opts));
+    } catch (const std::bad_alloc&) {
+        // Within the physical memory but not available now (other processes,
+        // an address-space limit): say so rather than "std::bad_alloc".
+        std::fprintf(stderr,
+                     "tenferro-search: out of memory: the corpus (and its packed copy, the same size again) "
+                     "did not fit; try a smaller corpus\n");
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tenferro-search: %s\n", e.what());
         return 1;

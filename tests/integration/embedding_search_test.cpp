@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -328,7 +330,7 @@ TEST_CASE("every bad input gets its status code and names the field", "[embeddin
         const std::string big(5000, ' ');
         for (const std::string& raw :
              {make_request("POST", "/v1/search", big),
-              std::string("POST /v1/search HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n") + big +
+              std::string("POST /v1/search HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n") + big +
                   "\r\n0\r\n\r\n"}) {
             const auto check = [&]() -> asio::awaitable<void> {
                 http_client client(co_await asio::this_coro::executor);
@@ -447,7 +449,7 @@ TEST_CASE("idle and slow clients time out", "[embedding_search]") {
         const auto slow = [&]() -> asio::awaitable<http_reply> {
             http_client client(co_await asio::this_coro::executor);
             co_await client.connect("127.0.0.1", f.server.port());
-            co_await client.send("POST /v1/search HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"vec");
+            co_await client.send("POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"vec");
             co_return co_await client.receive();
         };
         const http_reply r = run_blocking(slow());
@@ -667,4 +669,322 @@ TEST_CASE("the tenferro-search binary serves, then exits 0 on SIGTERM", "[embedd
     CHECK(WEXITSTATUS(status) == 0);
     // --generate with --corpus saved the corpus: 2000 x 16 f32 after numpy's 128-byte header.
     CHECK(std::filesystem::file_size(corpus_file) == 128 + 2000 * 16 * 4);
+}
+
+// ---------------------------------------------------------------------------
+// Hostile clients and bad configuration (issue 11, item 5).
+
+namespace {
+
+/// A raw request with a Host header and the given extra header lines
+/// (each ending in CRLF) and raw body bytes.
+std::string raw_post(const std::string& headers, const std::string& body) {
+    return "POST /v1/search HTTP/1.1\r\nHost: t\r\n" + headers + "\r\n" + body;
+}
+
+/// `body` as chunked framing: one chunk (with `extension` after its size and
+/// `after_data` in place of the CRLF after its data), then the last chunk
+/// with `trailer` fields.
+std::string one_chunk(const std::string& body, const std::string& extension = "",
+                      const std::string& after_data = "\r\n", const std::string& trailer = "") {
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    return size + extension + "\r\n" + body + after_data + "0\r\n" + trailer + "\r\n";
+}
+
+struct framing_case {
+    const char* name;
+    std::string raw;
+    int status;
+};
+
+}  // namespace
+
+TEST_CASE("framing that RFC 9112 rejects is refused and the connection closed", "[embedding_search]") {
+    server_fixture f;
+    const std::vector<float> good = query_near_row(test_corpus(), 9, 0.5, 1);
+    // A search body that the server would answer with 200 if it took the framing.
+    const std::string body = "{\"vector\": " + vector_json(good) + ", \"k\": 2}";
+    const std::string cl = std::to_string(body.size());
+    const std::vector<framing_case> cases = {
+        // §5.1: whitespace between the field name and the colon -> 400.
+        {"space before the colon", raw_post("Content-Length : " + cl + "\r\n", body), 400},
+        {"tab before the colon", raw_post("Content-Length\t: " + cl + "\r\n", body), 400},
+        // §7.1: chunk-data is followed by CRLF, nothing else.
+        {"two other bytes after chunk data", raw_post("Transfer-Encoding: chunked\r\n", one_chunk(body, "", "XX")),
+         400},
+        {"LF alone after chunk data", raw_post("Transfer-Encoding: chunked\r\n", one_chunk(body, "", "\n")), 400},
+        // §6.1: a transfer coding the server does not implement -> 501.
+        {"identity, then chunked",
+         raw_post("Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n", one_chunk(body)), 501},
+        {"gzip, chunked", raw_post("Transfer-Encoding: gzip, chunked\r\n", one_chunk(body)), 501},
+        // §6.3: chunked not final, or twice -> 400.
+        {"chunked, then gzip", raw_post("Transfer-Encoding: chunked, gzip\r\n", one_chunk(body)), 400},
+        {"chunked twice", raw_post("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", one_chunk(body)),
+         400},
+        {"Content-Length and Transfer-Encoding",
+         raw_post("Content-Length: " + cl + "\r\nTransfer-Encoding: chunked\r\n", one_chunk(body)), 400},
+        {"Content-Length fields that disagree", raw_post("Content-Length: " + cl + "\r\nContent-Length: 1\r\n", body),
+         400},
+        {"Content-Length with a sign", raw_post("Content-Length: +" + cl + "\r\n", body), 400},
+        // §2.2 and §5.2: CRLF line ends, no obsolete folding.
+        {"CR without LF in a field line", raw_post("Content-Length: " + cl + "\r\nX-A: b\rX-C: d\r\n", body), 400},
+        {"obsolete line folding", raw_post("X-A: b\r\n c\r\nContent-Length: " + cl + "\r\n", body), 400},
+        {"bare LF line ends", "POST /v1/search HTTP/1.1\nHost: t\nContent-Length: " + cl + "\n\n" + body, 400},
+        {"chunk size that is not hex", raw_post("Transfer-Encoding: chunked\r\n", "zz\r\n" + body + "\r\n0\r\n\r\n"),
+         400},
+        {"malformed chunk extension", raw_post("Transfer-Encoding: chunked\r\n", one_chunk(body, ";=")), 400},
+        // §3.2: exactly one Host in HTTP/1.1.
+        {"no Host", "POST /v1/search HTTP/1.1\r\nContent-Length: " + cl + "\r\n\r\n" + body, 400},
+        {"two Hosts", raw_post("Host: u\r\nContent-Length: " + cl + "\r\n", body), 400},
+        // §6.1: Transfer-Encoding in HTTP/1.0 is faulty framing.
+        {"Transfer-Encoding in HTTP/1.0",
+         "POST /v1/search HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + one_chunk(body), 400},
+        {"HTTP/2.0 on HTTP/1 framing", "GET /healthz HTTP/2.0\r\nHost: t\r\n\r\n", 505},
+        {"HXXP instead of HTTP", "GET /healthz HXXP/1.1\r\nHost: t\r\n\r\n", 400},
+        {"two spaces in the request line", "GET  /healthz HTTP/1.1\r\nHost: t\r\n\r\n", 400},
+    };
+    for (const framing_case& c : cases) {
+        INFO(c.name);
+        const auto check = [&]() -> asio::awaitable<void> {
+            http_client client(co_await asio::this_coro::executor);
+            co_await client.connect("127.0.0.1", f.server.port());
+            const http_reply r = co_await client.roundtrip(c.raw);
+            CHECK(r.status == c.status);
+            CHECK(error_field(r.body) == "http");
+            CHECK_FALSE(r.keep_alive);
+            const bool closed = co_await client.closed_by_peer();
+            CHECK(closed);
+        };
+        run_blocking(check());
+    }
+    // The same body framed correctly is served, both ways, and so are the
+    // forms RFC 9112 allows: chunk extensions, trailers, empty lines before
+    // the request line, OWS around values, HTTP/1.0 without Host.
+    const std::vector<std::string> fine = {
+        raw_post("Content-Length: " + cl + "\r\n", body),
+        raw_post("Transfer-Encoding: chunked\r\n", one_chunk(body)),
+        raw_post("Transfer-Encoding:\tChunked \r\n", one_chunk(body, " ; name=\"quoted \\\" value\";x")),
+        raw_post("Transfer-Encoding: chunked\r\n", one_chunk(body, "", "\r\n", "X-T: 1\r\n")),
+        "\r\n" + raw_post("Content-Length:  " + cl + " \r\nContent-Length: " + cl + "\r\n", body),
+        "POST /v1/search HTTP/1.0\r\nContent-Length: " + cl + "\r\n\r\n" + body,
+    };
+    for (const std::string& raw : fine) {
+        INFO(raw);
+        const http_reply r = f.call(raw);
+        CHECK(r.status == 200);
+        CHECK(hits_of(r.body).size() == 2);
+    }
+}
+
+TEST_CASE("a chunk larger than --max-body gets 413 at once, not after the request timeout", "[embedding_search]") {
+    server_options so;
+    so.max_body_bytes = 4096;
+    so.request_timeout = 3s;
+    server_fixture f(so);
+    for (const std::string& size : {std::string("1001"), std::string("ffffffffffffffffffff")}) {
+        INFO(size);
+        const auto start = std::chrono::steady_clock::now();
+        const auto check = [&]() -> asio::awaitable<void> {
+            http_client client(co_await asio::this_coro::executor);
+            co_await client.connect("127.0.0.1", f.server.port());
+            // The chunk header alone: the data never comes.
+            const http_reply r =
+                co_await client.roundtrip(raw_post("Transfer-Encoding: chunked\r\n", size + "\r\n{\"vector\""));
+            CHECK(r.status == 413);
+            CHECK(error_field(r.body) == "body");
+            CHECK_FALSE(r.keep_alive);
+        };
+        run_blocking(check());
+        CHECK(std::chrono::steady_clock::now() - start < 2s);
+    }
+    // Chunks that are each small but together too large: 413 at the chunk that crosses the limit.
+    const std::string chunk(3000, ' ');
+    const http_reply r = f.call(raw_post("Transfer-Encoding: chunked\r\n", "bb8\r\n" + chunk + "\r\nbb8\r\n"));
+    CHECK(r.status == 413);
+    CHECK(f.server.snapshot().request_timeouts == 0);
+}
+
+TEST_CASE("vector elements are judged one by one: large finite numbers pass, overflow names the element",
+          "[embedding_search]") {
+    server_fixture f;
+    const std::vector<float> good = query_near_row(test_corpus(), 9, 0.5, 1);
+    const auto post = [&](const std::string& vector, const std::string& k = "3") {
+        return f.call(make_request("POST", "/v1/search", "{\"vector\": " + vector + ", \"k\": " + k + "}"));
+    };
+    // 1e20 and 3e38 are finite f32 values; integers beyond 64 bits are numbers too.
+    for (const std::string& big : {std::string("1e20"), std::string("-3e38"), std::string("1E+20"),
+                                   std::string("100000000000000000000"), std::string("1e-400")}) {
+        INFO(big);
+        const http_reply r = post(array_with(good, 4, big));
+        CHECK(r.status == 200);
+        CHECK(hits_of(r.body).size() == 3);
+    }
+    // Not a finite f32: named by index, whatever the JSON parser thinks of it.
+    for (const std::string& bad : {std::string("1e400"), std::string("-1e400"), std::string("1e39"),
+                                   std::string("1000000000000000000000000000000000000000")}) {
+        INFO(bad);
+        const http_reply r = post(array_with(good, 5, bad));
+        CHECK(r.status == 400);
+        CHECK(error_field(r.body) == "vector[5]");
+    }
+    // A k out of any range is a "k" error; truly malformed JSON stays a "body" error.
+    CHECK(error_field(post(vector_json(good), "1e400").body) == "k");
+    CHECK(error_field(post(vector_json(good), "100000000000000000000").body) == "k");
+    CHECK(error_field(post(array_with(good, 5, "1e400") + ", \"x\": [1,").body) == "body");
+    CHECK(error_field(post(array_with(good, 5, "1e400") + "} trailing").body) == "body");
+}
+
+TEST_CASE("no response carries an internal exception's text, and a max_k below 1 is refused", "[embedding_search]") {
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 1});
+    search_engine engine(cpu, test_corpus(), engine_options{});
+    for (const std::int64_t max_k : {std::int64_t(0), std::int64_t(-5)}) {
+        server_options so;
+        so.port = 0;
+        so.max_k = max_k;
+        // Before: accepted; a search without "k" then failed with 500 and the
+        // text of std::vector's length_error.
+        CHECK_THROWS_AS(search_server(engine, so), std::invalid_argument);
+    }
+}
+
+TEST_CASE("a corpus with inf or NaN is refused at load, naming the first bad row and column", "[embedding_search]") {
+    temp_dir dir;
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+    struct bad_corpus {
+        const char* name;
+        std::int64_t row, column;
+        float value;
+        const char* shown;
+    };
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const bad_corpus& c :
+         {bad_corpus{"nan.npy", 1500, 3, std::numeric_limits<float>::quiet_NaN(), "NaN"},
+          bad_corpus{"inf.npy", 2, 0, inf, "inf"}, bad_corpus{"ninf.npy", 4999, 7, -inf, "-inf"}}) {
+        INFO(c.name);
+        // 5000 rows: more than one parallel_for block, with a second bad value
+        // later in the file that must not be the one reported.
+        std::vector<float> values(5000 * 8, 0.5f);
+        values[std::size_t(c.row * 8 + c.column)] = c.value;
+        if (c.row < 4000) values[4000 * 8 + 1] = std::numeric_limits<float>::quiet_NaN();
+        const std::string path = (dir.path / c.name).string();
+        const tf::tensor t = tf::tensor::from<float>(values, {5000, 8});
+        const auto save = [&]() -> asio::awaitable<void> {
+            const auto executor = co_await asio::this_coro::executor;
+            co_await tf::async_write_npy(executor, path, t);
+        };
+        run_blocking(save());
+        corpus_source read;
+        read.path = path;
+        try {
+            run_blocking(obtain_corpus(cpu, read));
+            FAIL("accepted " << c.name);
+        } catch (const std::runtime_error& e) {
+            const std::string what = e.what();
+            CHECK_THAT(what, Catch::Contains(path));
+            CHECK_THAT(what, Catch::Contains("row " + std::to_string(c.row) + ", column " + std::to_string(c.column) +
+                                             " is " + c.shown + ";"));
+        }
+    }
+}
+
+namespace {
+
+struct process_result {
+    int exit_code = -1;  ///< -1: did not exit in time (killed)
+    std::string err;     ///< what it wrote to stderr
+};
+
+/// Runs the tenferro-search binary with `args`, for at most `limit`.
+process_result run_search_binary(const char* binary, const std::vector<std::string>& args,
+                                 std::chrono::milliseconds limit = 10s) {
+    temp_dir dir;
+    const std::string err_file = (dir.path / "stderr").string();
+    const pid_t pid = fork();
+    if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+    if (pid == 0) {
+        std::FILE* err = std::freopen(err_file.c_str(), "w", stderr);
+        std::FILE* out = std::freopen("/dev/null", "w", stdout);
+        if (!err || !out) _exit(126);
+        std::vector<char*> argv{const_cast<char*>(binary)};
+        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        execv(binary, argv.data());
+        _exit(127);
+    }
+    process_result result;
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    } else if (WIFEXITED(status)) {
+        result.exit_code = WEXITSTATUS(status);
+    }
+    if (std::FILE* f = std::fopen(err_file.c_str(), "r")) {
+        char buf[4096];
+        std::size_t n = 0;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) result.err.append(buf, n);
+        std::fclose(f);
+    }
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what is accepted", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    struct flag_case {
+        std::vector<std::string> args;
+        std::string expected;  // in the message on stderr
+    };
+    // Each would otherwise start a server (bounded by the 10 s limit below):
+    // a small generated corpus on an ephemeral port.
+    const std::vector<std::string> base = {"--generate", "50", "4", "--port", "0"};
+    const std::vector<flag_case> cases = {
+        {{"--max-k", "-5"}, "--max-k: Value -5 not in range 1 to"},
+        {{"--max-k", "0"}, "--max-k: Value 0 not in range 1 to"},
+        {{"--host", "not-an-ip"}, "'not-an-ip' is not an IP address; give an IPv4 or IPv6 address"},
+        {{"--port", "70000"}, "--port"},
+        {{"--batch", "0"}, "--batch: Value 0 not in range 1 to 4096"},
+        {{"--io-threads", "0"}, "--io-threads: Value 0 not in range 1 to 1024"},
+        {{"--max-body", "0"}, "--max-body: Value 0 not in range 1 to"},
+        {{"--compute-nice", "40"}, "--compute-nice: Value 40 not in range 0 to 19"},
+        {{"--request-timeout", "nan"}, "'nan' is not a number of seconds from 0.001 to 86400"},
+        {{"--idle-timeout", "-1"}, "'-1' is not a number of seconds"},
+        {{"--drain-timeout", "1e300"}, "'1e300' is not a number of seconds"},
+    };
+    for (const flag_case& c : cases) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), c.args.begin(), c.args.end());
+        INFO(c.args[0] << " " << c.args[1]);
+        const process_result r = run_search_binary(binary, args);
+        INFO(r.err);
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains(c.expected));
+    }
+    // A corpus that cannot fit: said in those words, not "std::bad_alloc".
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--generate", "100000000000", "128", "--port", "0"},
+          std::vector<std::string>{"--generate", "9223372036854775807", "9223372036854775807", "--port", "0"}}) {
+        INFO(args[1]);
+        const process_result r = run_search_binary(binary, args);
+        INFO(r.err);
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains("--generate " + args[1] + " x " + args[2] + ": the corpus"));
+        CHECK_THAT(r.err, !Catch::Contains("bad_alloc"));
+    }
+    {
+        const process_result r = run_search_binary(binary, {"--generate", "0", "4", "--port", "0"});
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains("--generate: Value 0 not in range 1 to"));
+    }
 }
