@@ -73,10 +73,6 @@ void entry_base::start(session_context* ctx) noexcept {
     const bool is_scope = kind_ == entry_kind::scope;
 
     if (ctx != nullptr) {
-        if (queue.poisoned())
-            return reject_counted(session_entry_errc::resource_poisoned,
-                                  "an admission_observer hook threw earlier; the host admits nothing more");
-        if (queue.is_shut_down()) return reject_counted(session_entry_errc::executor, "the host was shut down");
         if (ctx->kind == context_kind::session)
             return reject_counted(session_entry_errc::reentered,
                                   std::string(is_scope ? "an execution scope" : "a session") +
@@ -93,6 +89,13 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(
                 session_entry_errc::incompatible_context,
                 "the execution scope holds 1 permit and the session asks for " + permits_text(options_.permits));
+        // The scope's permit never meets the queue, but the host's state still
+        // applies (S11, S12); after the context checks, as for entries that
+        // queue, so that reentered and incompatible_context keep precedence.
+        if (queue.poisoned())
+            return reject_counted(session_entry_errc::resource_poisoned,
+                                  "an admission_observer hook threw earlier; the host admits nothing more");
+        if (queue.is_shut_down()) return reject_counted(session_entry_errc::executor, "the host was shut down");
         if (cache_ != nullptr && !cache_->try_claim())
             return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
         cache_claimed_ = cache_ != nullptr;

@@ -77,8 +77,11 @@ struct tally {
 
 /// `entries` entries contending for one permit, each with a plain callback
 /// bound to `ex`; the context is destroyed as soon as the last handler ran.
+/// `mixed`: the first entry is compute-placed and the others caller-placed,
+/// so a compute worker's release grants the second and posts its runner.
 template <class MakeExecutor>
-tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, MakeExecutor make_executor) {
+tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, MakeExecutor make_executor,
+                   bool mixed = false) {
     tally t;
     const long n = rounds();
     for (long i = 0; i < n; ++i) {
@@ -88,7 +91,9 @@ tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, Ma
             auto ex = make_executor(*io);
             for (int j = 0; j < entries; ++j)
                 cpu.with_backend_session(
-                    session_options{1, wait_policy::fifo, where}, [j](backend_session&) { return j; },
+                    session_options{1, wait_policy::fifo,
+                                    mixed ? (j == 0 ? placement::compute : placement::caller) : where},
+                    [j](backend_session&) { return j; },
                     asio::bind_executor(ex, [&, j](std::exception_ptr e, session_result<int> r) {
                         if (e || !r || *r != j) ++t.errors;
                         ++done;
@@ -140,6 +145,19 @@ TEST_CASE("S16: three contending entries, the context destroyed after run_one() 
             CHECK(t.errors == 0);
             CHECK(t.completed == 3 * rounds());
         }
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S16: a compute body's release grants caller-placed waiters: the runner hop from a worker") {
+    cpu_backend cpu({.permits = 1});
+    for (drive how : {drive::run_one, drive::poll}) {
+        INFO("drive " << static_cast<int>(how));
+        const tally t = entry_rounds(
+            cpu, placement::caller, how, 3, [](asio::io_context& io) { return io.get_executor(); }, true);
+        CHECK(t.lost == 0);
+        CHECK(t.errors == 0);
+        CHECK(t.completed == 3 * rounds());
+    }
     check_quiescent(cpu);
 }
 

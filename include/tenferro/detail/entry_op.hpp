@@ -220,7 +220,7 @@ public:
           handler_(std::forward<H>(handler)),
           ex_(asio::get_associated_executor(handler_)),
           work_(asio::prefer(ex_, asio::execution::outstanding_work.tracked)),
-          body_(std::forward<G>(body)) {
+          body_(std::in_place, std::forward<G>(body)) {
         // Installed before the entry is queued, so a grant racing with us on
         // another thread never finds the slot half-built. The slot is cleared
         // in finish(), on the handler's executor, like Asio's own operations.
@@ -335,10 +335,10 @@ private:
         if constexpr (Kind == entry_kind::session && !traits::is_async) {
             try {
                 if constexpr (std::is_void_v<R>) {
-                    std::invoke(body_, session);
+                    std::invoke(*body_, session);
                     value_ = true;
                 } else {
-                    value_.emplace(std::invoke(body_, session));
+                    value_.emplace(std::invoke(*body_, session));
                 }
             } catch (...) {
                 exception_ = std::current_exception();
@@ -355,7 +355,7 @@ private:
             try {
                 // body_ lives in this op until finish(), so a lambda coroutine's
                 // captures outlive its frame.
-                asio::co_spawn(std::move(ex), std::invoke(body_, arg), async_completion(this));
+                asio::co_spawn(std::move(ex), std::invoke(*body_, arg), async_completion(this));
             } catch (...) {
                 // Making the awaitable threw before the coroutine existed.
                 exception_ = std::current_exception();
@@ -379,33 +379,46 @@ private:
     }
 
     /// On the handler's executor: clear the slot, release the tracked work,
-    /// call the handler; then pass the hand-off gate and free the op.
+    /// destroy the body, call the handler, and pass the hand-off gate.
     ///
-    /// The gate is passed after the upcall, not before: the poster may still be
-    /// inside `post` (returning from the syscall that woke this thread), and
-    /// the caller need not wait for that. It is safe because this function runs
-    /// inside the caller's context (its run loop, a strand's invoker): the
-    /// context cannot be destroyed before we return, and we return only once
-    /// the poster has left (S16). The op is therefore freed after the upcall,
-    /// not before as Asio's own ops do: it holds the gate.
+    /// With our own allocator (the default), the gate is passed after the
+    /// upcall: the poster may still be inside `post` (returning from the
+    /// syscall that woke this thread), and the caller need not wait for that.
+    /// This is safe because this function runs inside the caller's context
+    /// (its run loop, a strand's invoker): the context cannot be destroyed
+    /// before we return, and we return only once the poster has left (S16).
+    /// The op's memory, which holds the gate, is then freed after the upcall;
+    /// everything with a visible destructor (the body and its captures, the
+    /// value, the tracked work) is gone before it, as with Asio's own ops.
+    /// A handler with an allocator of its own gets Asio's order exactly:
+    /// pass the gate, free the op, then call the handler.
     void finish() {
         if (slot_.is_connected()) slot_.clear();
+        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
         Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
+        body_.reset();
+        value_ = {};
         // This function is itself queued work of the context while it runs,
         // so the count cannot reach zero here; and the handler sees no work of
         // ours outstanding.
         { const work_executor released(std::move(work_)); }
-        struct after_upcall {
-            entry_op* op;
-            allocator_type alloc;
-            ~after_upcall() {
-                op->gate_.pass();
-                op->destroy(alloc);
-            }
-        } const done{this, allocator_type(asio::get_associated_allocator(handler, entry_allocator<void>()))};
-        std::move(handler)(std::move(exception), std::move(result));
+        if constexpr (std::is_same_v<handler_allocator, entry_allocator<void>>) {
+            struct after_upcall {
+                entry_op* op;
+                allocator_type alloc;
+                ~after_upcall() {
+                    op->gate_.pass();
+                    op->destroy(alloc);
+                }
+            } const done{this, alloc};
+            std::move(handler)(std::move(exception), std::move(result));
+        } else {
+            gate_.pass();
+            destroy(alloc);
+            std::move(handler)(std::move(exception), std::move(result));
+        }
     }
 
     result_type take_result() {
@@ -426,8 +439,10 @@ private:
     void destroy() noexcept {
         destroy(allocator_type(asio::get_associated_allocator(handler_, entry_allocator<void>())));
     }
-    // Asio's rule: free the op's memory before calling the handler, so the
-    // handler may start the next operation in the same recycled block.
+    // Asio frees an op's memory before calling the handler, so that the
+    // handler may start the next operation in the same recycled block; we do
+    // so for handlers with their own allocator, and after the upcall with our
+    // per-thread cache, which keeps a few blocks (see finish()).
     void destroy(allocator_type alloc) noexcept {
         std::allocator_traits<allocator_type>::destroy(alloc, this);
         std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
@@ -441,7 +456,9 @@ private:
     handler_executor ex_;
     work_executor work_;
     handoff_gate gate_;  // one hop at a time: the runner's, then the completion's
-    std::decay_t<F> body_;
+    // In an optional so that finish() can destroy the body (and its captures)
+    // before the upcall, even when the op itself is freed after it.
+    std::optional<std::decay_t<F>> body_;
     asio::cancellation_slot slot_;
     /// The body's value once it returned (void bodies: whether it did).
     std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> value_{};
