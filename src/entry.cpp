@@ -140,16 +140,14 @@ void entry_base::on_granted(bool at_initiation) noexcept {
     if (core_->queue().poisoned()) {
         // Granted in the same release as an entry whose hook threw just now
         // (S18): the observer never hears of this one.
-        core_->queue().note_started(*this);
-        host_core::start_granted(core_->queue().release(permits_));  // poisoned: grants nobody
+        give_back_grant();  // poisoned: grants nobody
         return reject_counted(session_entry_errc::resource_poisoned,
                               "an admission_observer hook threw while this entry was being admitted; "
                               "the body did not run");
     }
     if (cache_ != nullptr) {
         if (!cache_->try_claim()) {
-            core_->queue().note_started(*this);
-            host_core::start_granted(core_->queue().release(permits_));
+            give_back_grant();
             return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
         }
         cache_claimed_ = true;
@@ -161,8 +159,7 @@ void entry_base::on_granted(bool at_initiation) noexcept {
             core_->poison("an admission_observer::on_admitted hook threw");
             if (cache_claimed_) cache_->release_claim();
             cache_claimed_ = false;
-            core_->queue().note_started(*this);
-            host_core::start_granted(core_->queue().release(permits_));  // poisoned: grants nobody
+            give_back_grant();  // poisoned: grants nobody
             return reject_counted(session_entry_errc::resource_poisoned,
                                   "the admission_observer::on_admitted hook threw while admitting this entry");
         }
@@ -171,19 +168,55 @@ void entry_base::on_granted(bool at_initiation) noexcept {
     schedule(at_initiation);
 }
 
+void entry_base::give_back_grant() noexcept {
+    permit_queue& queue = core_->queue();
+    queue.note_started(*this);
+    // (`this` keeps the host alive meanwhile: it is not handed off.)
+    if (starts_on_caller_) hand_off_in_grant_order(*core_, queue.abandon_handoff(*this));
+    host_core::start_granted(queue.release(permits_));
+}
+
+void entry_base::hand_off_in_grant_order(host_core& core, permit_waiter* chain) noexcept {
+    permit_queue& queue = core.queue();
+    // S17 across threads: runners reach their executors in grant order. Only
+    // one thread at a time hands off (the queue says which); the others leave
+    // their entries to it. Read each link before the hand-off, which may run
+    // (and free) the entry at once. Every hand-off here is a post: no body
+    // runs inside another entry's release.
+    while (chain != nullptr) {
+        do {
+            auto* e = static_cast<entry_base*>(chain);
+            chain = chain->handoff_next_;
+            e->run_on_caller(false);
+        } while (chain != nullptr);
+        chain = queue.next_handoffs();
+    }
+}
+
 void entry_base::schedule(bool at_initiation) noexcept {
     // Scopes run their body on the caller's executor: it orchestrates sessions
     // and must not occupy the compute worker its permit stands for.
-    if (kind_ == entry_kind::scope || options_.where == placement::caller)
-        // Admitted inside the initiating function: we are on the caller's
-        // thread, and dispatch runs the body right here when that thread is
-        // in the caller's executor, saving a hop, unless a body granted
-        // earlier has not started yet (S17: it was posted, and must start
-        // first). Granted later (by a release or a cancellation elsewhere):
-        // post, so that no body ever runs inside another entry's release.
-        run_on_caller(at_initiation && may_start_inline_);
-    else
-        core_->pool().submit(*this);
+    if (!starts_on_caller_) return core_->pool().submit(*this);
+    permit_queue& queue = core_->queue();
+    bool alone = false;
+    permit_waiter* chain = queue.ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
+    if (!alone) {
+        if (chain == nullptr) return;
+        // The entries handed off (this one too) may finish on other threads,
+        // and the host with them, while the loop still asks the queue for more.
+        const std::shared_ptr<host_core> keep = core_;
+        return hand_off_in_grant_order(*keep, chain);
+    }
+    // Admitted inside the initiating function with no body granted earlier
+    // still waiting to start: we are on the caller's thread, and dispatch runs
+    // the body right here when that thread is in the caller's executor, saving
+    // a hop. The entry was taken off the hand-off list alone; grants made after
+    // it that became ready meanwhile are handed off behind it.
+    // (`this` may be gone after the dispatch; the host is not: we are inside
+    // its initiating function.)
+    host_core& core = *core_;
+    run_on_caller(true);
+    hand_off_in_grant_order(core, queue.next_handoffs(false));
 }
 
 void entry_base::cancel_waiting() noexcept {

@@ -41,7 +41,87 @@ void permit_queue::grant_locked(permit_waiter& w) noexcept {
     if (w.starts_on_caller_) {
         w.start_counted_ = true;
         unstarted_.fetch_add(1, std::memory_order_relaxed);
+        w.handoff_listed_ = true;
+        w.handoff_ready_ = false;
+        w.handoff_next_ = nullptr;
+        w.handoff_prev_ = handoff_tail_;
+        if (handoff_tail_ != nullptr)
+            handoff_tail_->handoff_next_ = &w;
+        else
+            handoff_head_ = &w;
+        handoff_tail_ = &w;
     }
+}
+
+permit_waiter* permit_queue::take_ready_handoffs_locked() noexcept {
+    // Unlinks the ready prefix of the hand-off list and returns it as a chain.
+    permit_waiter* first = handoff_head_;
+    permit_waiter* last = nullptr;
+    for (permit_waiter* w = handoff_head_; w != nullptr && w->handoff_ready_; w = w->handoff_next_) {
+        w->handoff_listed_ = false;
+        last = w;
+    }
+    if (last == nullptr) return nullptr;
+    handoff_head_ = last->handoff_next_;
+    if (handoff_head_ != nullptr)
+        handoff_head_->handoff_prev_ = nullptr;
+    else
+        handoff_tail_ = nullptr;
+    last->handoff_next_ = nullptr;
+    first->handoff_prev_ = nullptr;
+    return first;
+}
+
+permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_candidate, bool& took_alone) {
+    std::lock_guard lock(mutex_);
+    w.handoff_ready_ = true;
+    took_alone = false;
+    if (inline_candidate && handoff_head_ == &w) {
+        // Admitted at once with nothing unstarted before it: it may start
+        // inline, and the thread that starts it does not take the hand-off
+        // role meanwhile (others may hand off grants made after it).
+        handoff_head_ = w.handoff_next_;
+        if (handoff_head_ != nullptr)
+            handoff_head_->handoff_prev_ = nullptr;
+        else
+            handoff_tail_ = nullptr;
+        w.handoff_listed_ = false;
+        w.handoff_next_ = w.handoff_prev_ = nullptr;
+        took_alone = true;
+        return &w;
+    }
+    if (handing_off_) return nullptr;  // that thread hands `w` off when it gets there
+    permit_waiter* chain = take_ready_handoffs_locked();
+    handing_off_ = chain != nullptr;
+    return chain;
+}
+
+permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
+    std::lock_guard lock(mutex_);
+    if (w.handoff_listed_) {
+        w.handoff_listed_ = false;
+        if (w.handoff_prev_ != nullptr)
+            w.handoff_prev_->handoff_next_ = w.handoff_next_;
+        else
+            handoff_head_ = w.handoff_next_;
+        if (w.handoff_next_ != nullptr)
+            w.handoff_next_->handoff_prev_ = w.handoff_prev_;
+        else
+            handoff_tail_ = w.handoff_prev_;
+        w.handoff_prev_ = w.handoff_next_ = nullptr;
+    }
+    if (handing_off_) return nullptr;
+    permit_waiter* chain = take_ready_handoffs_locked();
+    handing_off_ = chain != nullptr;
+    return chain;
+}
+
+permit_waiter* permit_queue::next_handoffs(bool has_role) {
+    std::lock_guard lock(mutex_);
+    if (!has_role && handing_off_) return nullptr;
+    permit_waiter* chain = take_ready_handoffs_locked();
+    handing_off_ = chain != nullptr;
+    return chain;
 }
 
 void permit_queue::grant_fitting_locked(waiter_list& granted) {

@@ -164,6 +164,97 @@ TEST_CASE("S17: bodies start in grant order, even when an earlier grantee initia
     CHECK(st.admitted == st.completed);
 }
 
+TEST_CASE("S17: a grant whose hook is still running on another thread keeps its place") {
+    // E1 is granted by a worker's release, but its on_admitted hook (and so
+    // the hand-off of its runner) takes a while on that worker; meanwhile the
+    // other worker releases, and E2 is admitted at once on the caller's
+    // thread. E2 was granted later: its body must not start before E1's.
+    struct slow_observer final : admission_observer {
+        std::atomic<int> admissions{0};
+        void on_admitted(std::size_t) override {
+            if (++admissions == 3) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    };
+    asio::io_context io;
+    auto observer = std::make_shared<slow_observer>();
+    cpu_backend cpu({.permits = 2, .observer = observer});
+    gate first, second;
+    std::vector<std::string> order;
+    std::optional<session_result<void>> h1, h2, e1, e2;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        h1 = co_await cpu.with_backend_session([&](backend_session&) { first.wait(); });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        h2 = co_await cpu.with_backend_session([&](backend_session&) { second.wait(); });
+    });
+    spawn(io, [&]() -> asio::awaitable<void> {
+        e1 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("E1"); });
+    });
+    io.poll();
+    REQUIRE(first.wait_for_waiters(1));
+    REQUIRE(second.wait_for_waiters(1));
+    REQUIRE(cpu.stats().waiting == 1);
+    first.open();  // grants E1; its hook sleeps before the runner is handed off
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (observer->admissions < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(observer->admissions == 3);
+    second.open();  // a permit comes free while nobody waits
+    while (cpu.stats().available < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(cpu.stats().available == 1);
+    spawn(io, [&]() -> asio::awaitable<void> {
+        e2 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("E2"); });
+    });
+    REQUIRE(run_until(io, [&] { return h1 && h2 && e1 && e2; }));
+    CHECK(order == std::vector<std::string>{"E1", "E2"});
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 2);
+    CHECK(st.admitted == st.completed);
+}
+
+TEST_CASE("S17: grants from two releasing workers reach the caller's executor in grant order") {
+    // Two compute bodies release at nearly the same time on two workers; each
+    // release grants one caller-placed waiter, in FIFO order (2, then 3).
+    // Whatever the interleaving of the two workers' hand-offs, the bodies
+    // start in that order.
+    const long rounds = tenferro::test::stress_iterations(2000) / 4;
+    long misordered = 0, failures = 0;
+    for (long round = 0; round < rounds; ++round) {
+        asio::io_context io;
+        cpu_backend cpu({.permits = 2});
+        std::atomic<int> ready{0};
+        std::atomic<bool> go{false};
+        std::vector<int> started;
+        std::vector<std::optional<session_result<void>>> results(4);
+        for (int i = 0; i < 2; ++i)
+            spawn(io, [&, i]() -> asio::awaitable<void> {
+                results[i] = co_await cpu.with_backend_session([&](backend_session&) {
+                    ++ready;
+                    while (!go.load()) std::this_thread::yield();
+                });
+            });
+        for (int i = 2; i < 4; ++i)
+            spawn(io, [&, i]() -> asio::awaitable<void> {
+                results[i] = co_await cpu.with_backend_session(caller_placed,
+                                                               [&, i](backend_session&) { started.push_back(i); });
+            });
+        io.poll();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (ready < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        go = true;  // both workers release at once
+        if (!run_until(io, [&] {
+                for (auto& r : results)
+                    if (!r) return false;
+                return true;
+            })) {
+            ++failures;
+            break;
+        }
+        if (started != std::vector<int>{2, 3}) ++misordered;
+    }
+    CHECK(failures == 0);
+    CHECK(misordered == 0);
+}
+
 TEST_CASE("S17: the inline fast path stays when nothing granted earlier is pending") {
     // The other side of the rule: with nobody waiting and no posted runner,
     // an entry admitted at once still runs its body inside its initiation.

@@ -125,6 +125,9 @@ protected:
 
 private:
     void schedule(bool at_initiation) noexcept;
+    /// A granted entry that will not start gives its permits back.
+    void give_back_grant() noexcept;
+    static void hand_off_in_grant_order(host_core& core, permit_waiter* chain) noexcept;
     void release_permits() noexcept;
     void reject_counted(session_entry_errc code, std::string detail) noexcept;
 

@@ -45,9 +45,19 @@ struct permit_waiter {
     // whose runners were posted and have not run yet. The queue counts such
     // granted-but-unstarted waiters and tells an entry admitted at once whether
     // it may start inline.
+    //
+    // Runners are handed to executors in grant order, too: each such waiter
+    // joins the queue's hand-off list at its grant and leaves it when it is
+    // handed to its executor (or rejected before that). Whoever finds the head
+    // of that list ready hands off the ready prefix, one thread at a time, so a
+    // grant made later on another thread can never be posted first.
     bool starts_on_caller_ = false;  // set by the entry before acquire
     bool start_counted_ = false;     // counted in the queue's unstarted count
     bool may_start_inline_ = false;  // set at the grant: no earlier grant is unstarted
+    bool handoff_listed_ = false;    // in the hand-off list
+    bool handoff_ready_ = false;     // its hook ran; it may be handed to its executor
+    permit_waiter* handoff_prev_ = nullptr;
+    permit_waiter* handoff_next_ = nullptr;
 };
 
 /// A FIFO list of waiters threaded through their own nodes.
@@ -163,6 +173,26 @@ public:
         }
     }
 
+    /// Granted waiter `w` (starts_on_caller_) may be handed to its executor.
+    /// Returns the waiters to hand off now, in grant order (chained through
+    /// handoff_next_), when this thread is to do it; empty when an earlier
+    /// grant is not ready yet or another thread is handing off (it will hand
+    /// off `w` too). Whoever receives a non-empty chain must hand it off and
+    /// then call next_handoffs() until that returns null.
+    ///
+    /// `inline_candidate`: `w` was admitted inside its initiating function
+    /// with nothing unstarted before it. If it heads the list it is returned
+    /// alone (`took_alone`), without the hand-off role: the caller starts it,
+    /// then calls next_handoffs(false).
+    permit_waiter* ready_for_handoff(permit_waiter& w, bool inline_candidate, bool& took_alone);
+    /// `w` will not be handed off (rejected after its grant); like
+    /// ready_for_handoff, may hand the caller the chain it unblocked.
+    permit_waiter* abandon_handoff(permit_waiter& w);
+    /// The next ready chain for the thread that is handing off (`has_role`),
+    /// or for a thread that may take the role if nobody holds it; null when
+    /// there is none (the role, if held, is then given up).
+    permit_waiter* next_handoffs(bool has_role = true);
+
     /// Lock-free reads, for checks on the way to a body's start (S18).
     bool poisoned() const noexcept { return poisoned_.load(std::memory_order_acquire); }
     bool is_shut_down() const noexcept { return shut_down_.load(std::memory_order_acquire); }
@@ -176,6 +206,7 @@ public:
 private:
     void grant_fitting_locked(waiter_list& granted);
     void grant_locked(permit_waiter& w) noexcept;
+    permit_waiter* take_ready_handoffs_locked() noexcept;
     waiter_list drain_locked();
 
     mutable std::mutex mutex_;
@@ -191,6 +222,10 @@ private:
     // Incremented under the lock (so a grant sees every earlier grant's count),
     // decremented without it by note_started (a stale read only costs a post).
     std::atomic<std::size_t> unstarted_{0};
+    // The hand-off list (S17), and whether a thread is handing off from it.
+    permit_waiter* handoff_head_ = nullptr;
+    permit_waiter* handoff_tail_ = nullptr;
+    bool handing_off_ = false;
     // Written under the lock, read without it.
     std::atomic<bool> poisoned_{false};
     std::atomic<bool> shut_down_{false};
