@@ -9,6 +9,7 @@
 #include <chrono>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <asio/detail/call_stack.hpp>
 #include <asio/detail/thread_context.hpp>
@@ -38,7 +39,9 @@ TENFERRO_FAST_TLS thread_local const compute_pool* current_pool = nullptr;
 
 }  // namespace
 
-compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus) {
+compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
+                           std::function<void(std::size_t)> on_worker_start)
+    : on_worker_start_(std::move(on_worker_start)) {
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (!cpus.empty()) {
@@ -63,12 +66,21 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus) 
                     throw std::system_error(rc, std::system_category(), "tenferro: pthread_setaffinity_np");
             }
         }
+        if (on_worker_start_) {
+            // Every worker is pinned: let them run the hook, and wait for all.
+            std::unique_lock lock(mutex_);
+            start_released_ = true;
+            start_cv_.notify_all();
+            start_cv_.wait(lock, [&] { return started_ == workers_.size(); });
+            if (start_error_) std::rethrow_exception(std::exchange(start_error_, nullptr));
+        }
     } catch (...) {
         {
             std::lock_guard lock(mutex_);
             stopping_ = true;
         }
         wake_.notify_all();
+        start_cv_.notify_all();  // workers still waiting to run the hook
         for (auto& t : workers_) t.join();
         throw;
     }
@@ -139,7 +151,26 @@ pool_task* compute_pool::try_pop() noexcept {
     return task;
 }
 
-void compute_pool::worker_main(std::size_t /*index*/) {
+void compute_pool::run_start_hook(std::size_t index) noexcept {
+    std::unique_lock lock(mutex_);
+    // Wait until the constructor has pinned every worker (or gave up).
+    start_cv_.wait(lock, [&] { return start_released_ || stopping_; });
+    if (!start_released_) return;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+        on_worker_start_(index);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    lock.lock();
+    if (error && !start_error_) start_error_ = std::move(error);
+    ++started_;
+    start_cv_.notify_all();
+}
+
+void compute_pool::worker_main(std::size_t index) {
+    if (on_worker_start_) run_start_hook(index);
     current_pool = this;
     // Make this thread an Asio thread for the purpose of handler memory:
     // completions posted from here (the hop back to the caller) then come from

@@ -15,7 +15,7 @@ std::size_t resolve_permits(std::size_t requested) {
 cpu_backend::cpu_backend(cpu_backend_options options)
     : core_(std::make_shared<detail::host_core>("cpu", resolve_permits(options.permits), options.max_waiters,
                                                 options.cpus, std::move(options.observer), options.buffer_pool_bytes,
-                                                options.runtime_cache_bytes)) {}
+                                                options.runtime_cache_bytes, std::move(options.on_worker_start))) {}
 
 cpu_backend::~cpu_backend() {
     core_->shut_down();

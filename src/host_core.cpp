@@ -6,10 +6,10 @@ namespace tenferro::detail {
 
 host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
                      std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes,
-                     std::size_t runtime_cache_bytes)
+                     std::size_t runtime_cache_bytes, std::function<void(std::size_t)> on_worker_start)
     : name_(std::move(name)),
       queue_(permits, max_waiters),
-      pool_(std::make_unique<compute_pool>(permits, cpus)),
+      pool_(std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
       observer_(std::move(observer)),
       buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)),
       default_cache_(runtime_cache_bytes) {}

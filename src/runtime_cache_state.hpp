@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tenferro/backend_session_host.hpp"
+#include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro::detail {
@@ -65,6 +66,14 @@ private:
     std::vector<tensor> constants_;
     std::size_t retained_ = 0;
     std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, clears_ = 0;
+};
+
+/// The library's (and the tests') way into the private side of
+/// `cpu_runtime_cache`, which users do not see.
+struct cache_access {
+    static runtime_cache_state& state(const cpu_runtime_cache& cache) noexcept { return cache.state(); }
+    static bool try_claim(cpu_runtime_cache& cache) noexcept { return cache.try_claim(); }
+    static void release_claim(cpu_runtime_cache& cache) noexcept { cache.release_claim(); }
 };
 
 }  // namespace tenferro::detail

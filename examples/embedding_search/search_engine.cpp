@@ -54,6 +54,10 @@ tf::cpu_backend_options backend_options_for(const server_mode& mode, std::shared
                                     : (mode.permits ? mode.permits : std::max(1u, std::thread::hardware_concurrency()));
     o.max_waiters = mode.inline_compute ? std::numeric_limits<std::size_t>::max() : mode.max_waiters;
     o.observer = std::move(usage);
+    if (!mode.inline_compute && mode.compute_nice != 0) {
+        // Each compute worker lowers its own priority once, as it starts.
+        o.on_worker_start = [nice = mode.compute_nice](std::size_t) { set_thread_nice(nice); };
+    }
     return o;
 }
 
@@ -61,7 +65,6 @@ engine_options engine_options_for(const server_mode& mode) {
     engine_options o;
     o.inline_compute = mode.inline_compute;
     o.max_batch = mode.inline_compute ? 1 : std::max<std::size_t>(1, mode.max_batch);
-    o.compute_nice = mode.inline_compute ? 0 : mode.compute_nice;
     return o;
 }
 
@@ -137,13 +140,6 @@ bool search_engine::withdraw(const pending_query* q) {
 void search_engine::run_session(tf::backend_session& s, pending_query* own) noexcept {
     const auto started = clock_type::now();
     admission_wait_.record(started - own->entered);
-    if (options_.compute_nice != 0 && !options_.inline_compute) {
-        thread_local bool lowered = false;  // once per compute worker
-        if (!lowered) {
-            lowered = true;
-            set_thread_nice(options_.compute_nice);
-        }
-    }
     sessions_.fetch_add(1, std::memory_order_relaxed);
 
     // Take this entry's own query first (if no earlier session took it), then

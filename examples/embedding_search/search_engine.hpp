@@ -31,12 +31,6 @@ struct engine_options {
     bool inline_compute = false;
     /// The most queries one session scores together (1: one query per matmul).
     std::size_t max_batch = 16;
-    /// Nice value the compute workers give themselves when they first run a
-    /// search (Linux: per thread), so that a saturated compute pool yields the
-    /// CPU to the I/O threads at once (the workers keep it for the backend's
-    /// lifetime); 0 leaves them alone. Not for inline compute, whose bodies
-    /// run on the I/O threads.
-    int compute_nice = 0;
 };
 
 /// How one run of the server is set up.
@@ -46,13 +40,19 @@ struct server_mode {
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
     std::size_t max_waiters = 4096; ///< tenferro queue bound (503 beyond it)
     std::size_t max_batch = 16;
-    int compute_nice = 19;  ///< see `engine_options::compute_nice` (tenferro mode only)
+    /// Nice value the compute workers give themselves as they start (Linux:
+    /// per thread, through `cpu_backend_options::on_worker_start`), so that a
+    /// saturated compute pool yields the CPU to the I/O threads at once; 0
+    /// leaves them alone. Tenferro mode only: inline compute runs its bodies
+    /// on the I/O threads.
+    int compute_nice = 19;
 };
 
 /// The backend a `server_mode` needs: inline gets one permit per I/O thread
 /// and no queue bound (its bodies run on the I/O threads at once, nothing
-/// waits), tenferro gets `permits` (one per core by default) and `max_waiters`.
-/// Both get a runtime cache large enough to keep the packed copy of a corpus
+/// waits), tenferro gets `permits` (one per core by default), `max_waiters`
+/// and, unless `compute_nice` is 0, an `on_worker_start` hook that gives each
+/// compute worker that nice value. Both get a runtime cache large enough to keep the packed copy of a corpus
 /// of `corpus_bytes` (see `search_engine`).
 tenferro::cpu_backend_options backend_options_for(const server_mode& mode, std::shared_ptr<permit_usage_observer> usage,
                                                   std::size_t corpus_bytes = 0);

@@ -4,6 +4,7 @@
 /// queue of permits and runs their bodies on an owned pool of compute workers.
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -26,6 +27,10 @@
 
 namespace tenferro {
 
+namespace detail {
+struct testing_access;  // the tests' seam (tests/support/testing_access.hpp)
+}
+
 /// Construction options of `cpu_backend`.
 struct cpu_backend_options {
     /// Permits, and compute workers; 0 means `std::thread::hardware_concurrency()`.
@@ -44,6 +49,18 @@ struct cpu_backend_options {
     /// Byte cap of the backend's own runtime cache (`default_cache()`), which
     /// the contractions of plain `with_backend_session` entries share.
     std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes;
+    /// Optional start-up hook of the compute workers: each worker calls it
+    /// once, on its own thread, with its index (0 .. permits - 1; worker `i` is
+    /// pinned to `cpus[i % cpus.size()]`), after it has been pinned and before
+    /// it takes any work — the place to set a per-thread priority, a name or a
+    /// thread-local. The constructor returns after every worker has run it
+    /// (the calls run concurrently, on different threads). If a call throws,
+    /// the constructor stops the workers and rethrows the first exception.
+    ///
+    /// \code
+    /// tenferro::cpu_backend cpu({.on_worker_start = [](std::size_t) { setpriority(PRIO_PROCESS, gettid(), 19); }});
+    /// \endcode
+    std::function<void(std::size_t worker_index)> on_worker_start = nullptr;
 };
 
 /// The CPU backend host. Models `backend_session_host`.
@@ -56,8 +73,10 @@ class cpu_backend {
 public:
     using runtime_cache = cpu_runtime_cache;
 
-    /// Starts `options.permits` compute workers (optionally pinned).
-    /// \throws std::system_error for an invalid CPU in `options.cpus`.
+    /// Starts `options.permits` compute workers (optionally pinned), each of
+    /// which runs `options.on_worker_start` (if set) before taking work.
+    /// \throws std::system_error for an invalid CPU in `options.cpus`; the
+    /// first exception thrown by `options.on_worker_start`.
     explicit cpu_backend(cpu_backend_options options = {});
     /// `shutdown()`, then waits for running sessions, then joins the workers.
     ~cpu_backend();
@@ -164,11 +183,9 @@ public:
     /// running sessions finish normally. Idempotent.
     void shutdown();
 
-    /// For tests only: the next `n` runners handed to the compute workers are
-    /// dropped unrun, as an executor that loses work would.
-    void drop_next_runs_for_testing(std::size_t n) noexcept { core_->pool().drop_next_for_testing(n); }
-
 private:
+    friend struct detail::testing_access;
+
     std::shared_ptr<detail::host_core> core_;
 };
 

@@ -27,8 +27,10 @@
 namespace tenferro {
 
 namespace detail {
+class entry_base;
 class runtime_cache_state;
-}
+struct cache_access;
+}  // namespace detail
 
 /// A runtime cache for the CPU backend. Models `runtime_cache_control`.
 ///
@@ -74,17 +76,22 @@ public:
     /// Withdraws the promise and drops the packed copies made from `t`.
     void unmark_constant(const tensor& t);
 
+    /// True while a `with_backend_session_cached` session holds the cache.
+    bool in_use() const noexcept { return in_use_.load(std::memory_order_acquire); }
+
+private:
+    // The library's session entries claim the cache; its contractions (and the
+    // tests) reach the entries through detail::cache_access (src/).
+    friend class detail::entry_base;
+    friend struct detail::cache_access;
+
     /// Claims the cache for one session; false if a session holds it.
     bool try_claim() noexcept { return !in_use_.exchange(true, std::memory_order_acquire); }
     /// Gives the cache back.
     void release_claim() noexcept { in_use_.store(false, std::memory_order_release); }
-    /// True while a `with_backend_session_cached` session holds the cache.
-    bool in_use() const noexcept { return in_use_.load(std::memory_order_acquire); }
-
-    /// The entries themselves (library-internal; defined in src/).
+    /// The entries themselves (defined in src/).
     detail::runtime_cache_state& state() const noexcept { return *state_; }
 
-private:
     std::unique_ptr<detail::runtime_cache_state> state_;
     std::atomic<bool> in_use_{false};
 };

@@ -37,8 +37,8 @@
 #include "io/file_engine.hpp"
 #include "io/io_testing.hpp"
 #include "io/npy_format.hpp"
+#include "kernels/nd_loop.hpp"
 #include "kernels/structural.hpp"
-#include "ops/op_support.hpp"
 #include "tenferro/io.hpp"
 
 namespace tenferro {
@@ -86,7 +86,7 @@ void byte_swap(void* data, std::size_t bytes, std::size_t itemsize) noexcept {
 // dst (row-major, shape) = the elements of src read with `src_strides`.
 void strided_copy(const tensor_view& dst, const void* src, std::span<const std::int64_t> src_strides) {
     if (dst.size() == 0) return;
-    const auto loop = ops::make_loop<2>(dst.shape(), {dst.strides(), src_strides});
+    const auto loop = kernels::make_loop<2>(dst.shape(), {dst.strides(), src_strides});
     const int r = loop.rank;
     if (r >= 2) {
         const std::int64_t inner = std::llabs(loop.strides[1][r - 1]), outer = std::llabs(loop.strides[1][r - 2]);

@@ -11,7 +11,10 @@
 // are vectorised in place; other runs are gathered into a small buffer.
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace tenferro::kernels {
 
@@ -31,6 +34,40 @@ struct nd_loop {
     std::int64_t inner() const noexcept { return shape[rank - 1]; }
     std::int64_t inner_stride(int k) const noexcept { return strides[k][rank - 1]; }
 };
+
+// A loop over `shape` for K operands with the given strides (each aligned with
+// `shape`): extent-1 axes dropped, and neighbouring axes merged where every
+// operand steps through them as through one axis. All extents must be >= 1
+// and the rank at most nd_max_rank after dropping; rank 0 becomes a single
+// position.
+template <int K>
+nd_loop<K> make_loop(std::span<const std::int64_t> shape, const std::array<std::span<const std::int64_t>, K>& strides) {
+    nd_loop<K> loop;
+    int r = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        if (r > 0) {
+            bool mergeable = true;
+            for (int k = 0; k < K; ++k)
+                if (loop.strides[k][r - 1] != strides[k][d] * shape[d]) mergeable = false;
+            if (mergeable) {
+                loop.shape[r - 1] *= shape[d];
+                for (int k = 0; k < K; ++k) loop.strides[k][r - 1] = strides[k][d];
+                continue;
+            }
+        }
+        loop.shape[r] = shape[d];
+        for (int k = 0; k < K; ++k) loop.strides[k][r] = strides[k][d];
+        ++r;
+    }
+    if (r == 0) {
+        loop.shape[0] = 1;
+        for (int k = 0; k < K; ++k) loop.strides[k][0] = 0;
+        r = 1;
+    }
+    loop.rank = r;
+    return loop;
+}
 
 // Element offsets of position `pos` for every operand.
 template <int K>

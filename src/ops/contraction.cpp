@@ -420,7 +420,7 @@ std::string plan_key(char tag, const const_tensor_view& a, const const_tensor_vi
 // The plan for this call: from the cache, or made and inserted.
 template <class Make>
 std::shared_ptr<const contraction_plan> cached_plan(cpu_runtime_cache& cache, std::string key, Make&& make) {
-    runtime_cache_state& st = cache.state();
+    runtime_cache_state& st = cache_access::state(cache);
     if (auto hit = st.find(key)) return std::static_pointer_cast<const contraction_plan>(hit);
     auto plan = std::make_shared<const contraction_plan>(make());
     st.insert(std::move(key), plan, sizeof(contraction_plan));
@@ -485,7 +485,7 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
     const kernels::gemm_type gt = gemm_type_of(type);
     std::shared_ptr<const void> packed_b_hold;
     const void* packed_b = nullptr;
-    runtime_cache_state& cache = s.cache().state();
+    runtime_cache_state& cache = cache_access::state(s.cache());
     if (g.batch.empty() && !p.copy_b && g.m > 1) {
         const auto [lo, hi] = addressed_range(b_data, itemsize, g.k, g.b_rs, g.n, g.b_cs);
         if (const void* source = cache.constant_containing(lo, hi)) {

@@ -127,39 +127,6 @@ void check_no_overlap(std::string_view op, std::string_view out_name, const tens
                      "); an output must not share memory with an input");
 }
 
-template <int K>
-nd_loop<K> make_loop(std::span<const std::int64_t> shape, const std::array<std::span<const std::int64_t>, K>& strides) {
-    nd_loop<K> loop;
-    int r = 0;
-    for (std::size_t d = 0; d < shape.size(); ++d) {
-        if (shape[d] == 1) continue;
-        if (r > 0) {
-            bool mergeable = true;
-            for (int k = 0; k < K; ++k)
-                if (loop.strides[k][r - 1] != strides[k][d] * shape[d]) mergeable = false;
-            if (mergeable) {
-                loop.shape[r - 1] *= shape[d];
-                for (int k = 0; k < K; ++k) loop.strides[k][r - 1] = strides[k][d];
-                continue;
-            }
-        }
-        loop.shape[r] = shape[d];
-        for (int k = 0; k < K; ++k) loop.strides[k][r] = strides[k][d];
-        ++r;
-    }
-    if (r == 0) {
-        loop.shape[0] = 1;
-        for (int k = 0; k < K; ++k) loop.strides[k][0] = 0;
-        r = 1;
-    }
-    loop.rank = r;
-    return loop;
-}
-
-template nd_loop<1> make_loop<1>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 1>&);
-template nd_loop<2> make_loop<2>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 2>&);
-template nd_loop<3> make_loop<3>(std::span<const std::int64_t>, const std::array<std::span<const std::int64_t>, 3>&);
-
 nd_loop<1> make_memory_order_loop(std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
                                   std::int64_t& base_offset) {
     struct axis {

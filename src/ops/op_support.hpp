@@ -18,6 +18,7 @@
 
 namespace tenferro::detail::ops {
 
+using kernels::make_loop;  // kernels/nd_loop.hpp
 using kernels::nd_loop;
 
 /// Throws `tensor_error` with `op + ": " + what`.
@@ -58,13 +59,6 @@ void check_out(std::string_view op, std::string_view out_name, const tensor_view
 /// Throws `op: out overlaps operand a (...)` when `overlaps(out, input)`.
 void check_no_overlap(std::string_view op, std::string_view out_name, const tensor_view& out,
                       std::string_view input_name, const const_tensor_view& input);
-
-/// A kernel loop over `shape` for K operands with the given strides (each
-/// aligned with `shape`): extent-1 axes dropped, and neighbouring axes merged
-/// where every operand steps through them as through one axis. All extents
-/// must be >= 1; rank 0 becomes a single position.
-template <int K>
-nd_loop<K> make_loop(std::span<const std::int64_t> shape, const std::array<std::span<const std::int64_t>, K>& strides);
 
 /// As make_loop<1>, for reductions whose visiting order is free: negative
 /// strides are flipped (moving `base_offset` to the lowest element) and axes

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include "testing_access.hpp"
+
 using namespace tenferro;
 
 namespace {
@@ -46,8 +48,9 @@ TEST_CASE("cpu_runtime_cache models runtime_cache_control") {
     const cache_stats s = cache.stats();
     CHECK(s.clears == 1);
     CHECK(s.entries == 0);
-    CHECK(cache.try_claim());
-    CHECK_FALSE(cache.try_claim());
-    cache.release_claim();
+    CHECK(detail::testing_access::try_claim(cache));
+    CHECK_FALSE(detail::testing_access::try_claim(cache));
+    CHECK(cache.in_use());
+    detail::testing_access::release_claim(cache);
     CHECK_FALSE(cache.in_use());
 }

@@ -28,6 +28,7 @@
 #include <catch2/catch.hpp>
 
 #include "test_support.hpp"
+#include "testing_access.hpp"
 
 using namespace tenferro;
 using tenferro::test::gate;
@@ -862,7 +863,7 @@ TEST_CASE("shutdown: queued and new entries complete with executor; the running 
 TEST_CASE("A compute executor that drops work completes the entry with executor, leaking nothing") {
     asio::io_context io;
     cpu_backend cpu({.permits = 1});
-    cpu.drop_next_runs_for_testing(1);
+    detail::testing_access::drop_next_runs(cpu, 1);
     std::optional<session_result<int>> dropped, next;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {

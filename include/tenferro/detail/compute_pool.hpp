@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -59,7 +60,14 @@ public:
     /// Starts `threads` workers, pinned round-robin to `cpus` when it is not
     /// empty. Throws `std::system_error` (EINVAL) for a CPU this process may not
     /// run on, before any thread starts.
-    compute_pool(std::size_t threads, std::span<const unsigned> cpus);
+    ///
+    /// When `on_worker_start` is set, each worker calls it once with its index
+    /// (0 .. threads - 1), after it has been pinned and before it takes any
+    /// task; the constructor returns only when every worker has done so. If a
+    /// call throws, the workers are stopped and joined and the constructor
+    /// rethrows the first exception.
+    compute_pool(std::size_t threads, std::span<const unsigned> cpus,
+                 std::function<void(std::size_t)> on_worker_start = {});
     /// Drops the tasks still queued (each gets `drop()`), then joins the workers.
     ~compute_pool();
 
@@ -89,6 +97,7 @@ public:
 
 private:
     void worker_main(std::size_t index);
+    void run_start_hook(std::size_t index) noexcept;
     pool_task* try_pop() noexcept;
 
     std::mutex mutex_;
@@ -101,6 +110,12 @@ private:
     std::atomic<std::size_t> queued_hint_{0};  // queued_, readable without the lock by spinners
     std::atomic<std::size_t> spinners_{0};
     std::atomic<std::size_t> drop_next_{0};
+    // Start-up hook (see the constructor); the fields below are guarded by mutex_.
+    std::function<void(std::size_t)> on_worker_start_;
+    std::condition_variable start_cv_;
+    bool start_released_ = false;  // workers are pinned; they may run the hook
+    std::size_t started_ = 0;      // workers that have run the hook
+    std::exception_ptr start_error_;
     std::vector<std::thread> workers_;
 };
 

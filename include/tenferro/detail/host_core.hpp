@@ -6,6 +6,7 @@
 // last running session released its permits.
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,7 +26,8 @@ class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
               std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes = 0,
-              std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes);
+              std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes,
+              std::function<void(std::size_t)> on_worker_start = {});
 
     std::string_view name() const noexcept { return name_; }
     permit_queue& queue() noexcept { return queue_; }
