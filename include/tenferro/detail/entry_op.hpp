@@ -402,7 +402,10 @@ private:
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
         body_.reset();
-        value_ = {};
+        if constexpr (std::is_void_v<R>)
+            value_ = false;
+        else
+            value_.reset();  // (not `= {}`: GCC 12 at -O1 warns maybe-uninitialized on that)
         // This function is itself queued work of the context while it runs,
         // so the count cannot reach zero here; and the handler sees no work of
         // ours outstanding.
