@@ -177,6 +177,7 @@ void entry_base::give_back_grant() noexcept {
 }
 
 void entry_base::hand_off_in_grant_order(host_core& core, permit_waiter* chain) noexcept {
+    if (chain == nullptr) return;
     permit_queue& queue = core.queue();
     // S17 across threads: runners reach their executors in grant order. Only
     // one thread at a time hands off (the queue says which); the others leave
@@ -200,13 +201,11 @@ void entry_base::schedule(bool at_initiation) noexcept {
     permit_queue& queue = core_->queue();
     bool alone = false;
     permit_waiter* chain = queue.ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
-    if (!alone) {
-        if (chain == nullptr) return;
-        // The entries handed off (this one too) may finish on other threads,
-        // and the host with them, while the loop still asks the queue for more.
-        const std::shared_ptr<host_core> keep = core_;
-        return hand_off_in_grant_order(*keep, chain);
-    }
+    // The entries handed off (this one too) may finish on other threads while
+    // the loop still asks the queue for more; the host stays alive all the
+    // same: whoever granted them is up the stack (an entry releasing its
+    // permits, a cancellation, or an initiating function of the host).
+    if (!alone) return hand_off_in_grant_order(*core_, chain);
     // Admitted inside the initiating function with no body granted earlier
     // still waiting to start: we are on the caller's thread, and dispatch runs
     // the body right here when that thread is in the caller's executor, saving

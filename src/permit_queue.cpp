@@ -90,10 +90,7 @@ permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_can
         took_alone = true;
         return &w;
     }
-    if (handing_off_) return nullptr;  // that thread hands `w` off when it gets there
-    permit_waiter* chain = take_ready_handoffs_locked();
-    handing_off_ = chain != nullptr;
-    return chain;
+    return claim_handoffs_locked();
 }
 
 permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
@@ -110,18 +107,36 @@ permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
             handoff_tail_ = w.handoff_prev_;
         w.handoff_prev_ = w.handoff_next_ = nullptr;
     }
-    if (handing_off_) return nullptr;
+    return claim_handoffs_locked();
+}
+
+permit_waiter* permit_queue::claim_handoffs_locked() noexcept {
+    // A thread is handing off: tell it to look again before it stops (the
+    // entries that became ready are its to hand off), and leave.
+    unsigned char role = role_busy;
+    if (handoff_role_.compare_exchange_strong(role, role_busy_more, std::memory_order_acq_rel) ||
+        role == role_busy_more)
+        return nullptr;
+    // Nobody is: take the ready prefix, and the role with it.
     permit_waiter* chain = take_ready_handoffs_locked();
-    handing_off_ = chain != nullptr;
+    if (chain != nullptr) handoff_role_.store(role_busy, std::memory_order_relaxed);
     return chain;
 }
 
 permit_waiter* permit_queue::next_handoffs(bool has_role) {
+    if (has_role) {
+        // The common case costs no lock: nobody marked an entry ready while
+        // we handed off, so we are done.
+        unsigned char role = role_busy;
+        if (handoff_role_.compare_exchange_strong(role, role_idle, std::memory_order_acq_rel)) return nullptr;
+        std::lock_guard lock(mutex_);
+        handoff_role_.store(role_busy, std::memory_order_relaxed);
+        permit_waiter* chain = take_ready_handoffs_locked();
+        if (chain == nullptr) handoff_role_.store(role_idle, std::memory_order_release);
+        return chain;
+    }
     std::lock_guard lock(mutex_);
-    if (!has_role && handing_off_) return nullptr;
-    permit_waiter* chain = take_ready_handoffs_locked();
-    handing_off_ = chain != nullptr;
-    return chain;
+    return claim_handoffs_locked();
 }
 
 void permit_queue::grant_fitting_locked(waiter_list& granted) {

@@ -207,6 +207,7 @@ private:
     void grant_fitting_locked(waiter_list& granted);
     void grant_locked(permit_waiter& w) noexcept;
     permit_waiter* take_ready_handoffs_locked() noexcept;
+    permit_waiter* claim_handoffs_locked() noexcept;
     waiter_list drain_locked();
 
     mutable std::mutex mutex_;
@@ -225,7 +226,12 @@ private:
     // The hand-off list (S17), and whether a thread is handing off from it.
     permit_waiter* handoff_head_ = nullptr;
     permit_waiter* handoff_tail_ = nullptr;
-    bool handing_off_ = false;
+    // Who hands off: nobody, a thread (busy), or a thread that must look
+    // again before it stops because entries became ready meanwhile. Changed
+    // under the lock, except busy -> idle, the handing-off thread's lock-free
+    // way out when nothing came meanwhile.
+    enum : unsigned char { role_idle, role_busy, role_busy_more };
+    std::atomic<unsigned char> handoff_role_{role_idle};
     // Written under the lock, read without it.
     std::atomic<bool> poisoned_{false};
     std::atomic<bool> shut_down_{false};
