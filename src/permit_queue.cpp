@@ -53,6 +53,19 @@ void permit_queue::grant_locked(permit_waiter& w) noexcept {
     }
 }
 
+void permit_queue::unlink_handoff_locked(permit_waiter& w) noexcept {
+    if (w.handoff_prev_ != nullptr)
+        w.handoff_prev_->handoff_next_ = w.handoff_next_;
+    else
+        handoff_head_ = w.handoff_next_;
+    if (w.handoff_next_ != nullptr)
+        w.handoff_next_->handoff_prev_ = w.handoff_prev_;
+    else
+        handoff_tail_ = w.handoff_prev_;
+    w.handoff_prev_ = w.handoff_next_ = nullptr;
+    w.handoff_listed_ = false;
+}
+
 permit_waiter* permit_queue::take_ready_handoffs_locked() noexcept {
     // Unlinks the ready prefix of the hand-off list and returns it as a chain.
     permit_waiter* first = handoff_head_;
@@ -80,13 +93,7 @@ permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_can
         // Admitted at once with nothing unstarted before it: it may start
         // inline, and the thread that starts it does not take the hand-off
         // role meanwhile (others may hand off grants made after it).
-        handoff_head_ = w.handoff_next_;
-        if (handoff_head_ != nullptr)
-            handoff_head_->handoff_prev_ = nullptr;
-        else
-            handoff_tail_ = nullptr;
-        w.handoff_listed_ = false;
-        w.handoff_next_ = w.handoff_prev_ = nullptr;
+        unlink_handoff_locked(w);
         took_alone = true;
         return &w;
     }
@@ -95,18 +102,7 @@ permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_can
 
 permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
     std::lock_guard lock(mutex_);
-    if (w.handoff_listed_) {
-        w.handoff_listed_ = false;
-        if (w.handoff_prev_ != nullptr)
-            w.handoff_prev_->handoff_next_ = w.handoff_next_;
-        else
-            handoff_head_ = w.handoff_next_;
-        if (w.handoff_next_ != nullptr)
-            w.handoff_next_->handoff_prev_ = w.handoff_prev_;
-        else
-            handoff_tail_ = w.handoff_prev_;
-        w.handoff_prev_ = w.handoff_next_ = nullptr;
-    }
+    if (w.handoff_listed_) unlink_handoff_locked(w);
     return claim_handoffs_locked();
 }
 

@@ -207,6 +207,7 @@ private:
     void grant_fitting_locked(waiter_list& granted);
     void grant_locked(permit_waiter& w) noexcept;
     permit_waiter* take_ready_handoffs_locked() noexcept;
+    void unlink_handoff_locked(permit_waiter& w) noexcept;
     permit_waiter* claim_handoffs_locked() noexcept;
     waiter_list drain_locked();
 
