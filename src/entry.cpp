@@ -48,6 +48,9 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
     : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body), cache_(cache) {
     permits_ = options_.permits;
     starts_on_caller_ = kind_ == entry_kind::scope || options_.where == placement::caller;
+    // Nothing to do between grant and hand-off: no hook, no claim (and with no
+    // observer the host can never be poisoned, S18).
+    ready_at_grant_ = starts_on_caller_ && cache_ == nullptr && core_->observer() == nullptr;
 }
 
 entry_base::~entry_base() = default;
@@ -172,13 +175,15 @@ void entry_base::give_back_grant() noexcept {
     permit_queue& queue = core_->queue();
     queue.note_started(*this);
     // (`this` keeps the host alive meanwhile: it is not handed off.)
-    if (starts_on_caller_) hand_off_in_grant_order(*core_, queue.abandon_handoff(*this));
-    host_core::start_granted(queue.release(permits_));
+    if (starts_on_caller_) hand_off_in_grant_order(queue.abandon_handoff(*this));
+    permit_waiter* handoffs = nullptr;
+    waiter_list granted = queue.release(permits_, &handoffs);
+    host_core::start_granted(std::move(granted), handoffs);
 }
 
-void entry_base::hand_off_in_grant_order(host_core& core, permit_waiter* chain) noexcept {
+void entry_base::hand_off_in_grant_order(permit_waiter* chain) noexcept {
     if (chain == nullptr) return;
-    permit_queue& queue = core.queue();
+    permit_queue& queue = static_cast<entry_base*>(chain)->core_->queue();
     // S17 across threads: runners reach their executors in grant order. Only
     // one thread at a time hands off (the queue says which); the others leave
     // their entries to it. Read each link before the hand-off, which may run
@@ -188,6 +193,9 @@ void entry_base::hand_off_in_grant_order(host_core& core, permit_waiter* chain) 
         do {
             auto* e = static_cast<entry_base*>(chain);
             chain = chain->handoff_next_;
+            // Entries made ready at their grant never went through
+            // on_granted(); for the others this was set there already.
+            e->holds_permits_ = true;
             e->run_on_caller(false);
         } while (chain != nullptr);
         chain = queue.next_handoffs();
@@ -205,7 +213,7 @@ void entry_base::schedule(bool at_initiation) noexcept {
     // the loop still asks the queue for more; the host stays alive all the
     // same: whoever granted them is up the stack (an entry releasing its
     // permits, a cancellation, or an initiating function of the host).
-    if (!alone) return hand_off_in_grant_order(*core_, chain);
+    if (!alone) return hand_off_in_grant_order(chain);
     // Admitted inside the initiating function with no body granted earlier
     // still waiting to start: we are on the caller's thread, and dispatch runs
     // the body right here when that thread is in the caller's executor, saving
@@ -213,15 +221,15 @@ void entry_base::schedule(bool at_initiation) noexcept {
     // it that became ready meanwhile are handed off behind it.
     // (`this` may be gone after the dispatch; the host is not: we are inside
     // its initiating function.)
-    host_core& core = *core_;
     run_on_caller(true);
-    hand_off_in_grant_order(core, queue.next_handoffs(false));
+    hand_off_in_grant_order(queue.next_handoffs(false));
 }
 
 void entry_base::cancel_waiting() noexcept {
     waiter_list granted;
-    const bool removed = core_->queue().cancel(*this, granted);
-    host_core::start_granted(std::move(granted));
+    permit_waiter* handoffs = nullptr;
+    const bool removed = core_->queue().cancel(*this, granted, &handoffs);
+    host_core::start_granted(std::move(granted), handoffs);
     if (removed)
         reject(session_entry_errc::cancelled,
                "cancelled while waiting for " + permits_text(options_.permits) + "; the body did not run");
@@ -284,6 +292,9 @@ void entry_base::body_dropped() noexcept {
 }
 
 void entry_base::body_finished() noexcept {
+    // The runner's poster has left the caller's executor before we hand the
+    // completion over the same gate (a no-op for runners that were not posted).
+    gate_.pass();
     if (body_context_) {
         body_context_->active.store(false, std::memory_order_release);
         body_context_.reset();
@@ -316,7 +327,9 @@ void entry_base::release_permits() noexcept {
             core_->poison("an admission_observer::on_released hook threw");
         }
     }
-    host_core::start_granted(core_->queue().release(permits_));
+    permit_waiter* handoffs = nullptr;
+    waiter_list granted = core_->queue().release(permits_, &handoffs);
+    host_core::start_granted(std::move(granted), handoffs);
 }
 
 }  // namespace tenferro::detail

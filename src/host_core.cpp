@@ -14,7 +14,11 @@ host_core::host_core(std::string name, std::size_t permits, std::size_t max_wait
       buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)),
       default_cache_(runtime_cache_bytes) {}
 
-void host_core::start_granted(waiter_list granted) noexcept {
+void host_core::start_granted(waiter_list granted, permit_waiter* handoffs) noexcept {
+    // The chain first: it holds the earliest grants that were ready at once.
+    // The entries of `granted` that start on their caller join the hand-off
+    // behind them (this thread holds the role until the chain is done).
+    entry_base::hand_off_in_grant_order(handoffs);
     // Unlink each before starting it: a started entry may complete and free
     // its node before we would read its `next_`.
     while (permit_waiter* w = granted.pop_front()) static_cast<entry_base*>(w)->on_granted();

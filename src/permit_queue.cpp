@@ -34,7 +34,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
     return acquire_outcome::queued;
 }
 
-void permit_queue::grant_locked(permit_waiter& w) noexcept {
+void permit_queue::grant_locked(permit_waiter& w, bool ready) noexcept {
     w.state_ = permit_waiter::state::granted;
     ++admitted_;
     w.may_start_inline_ = unstarted_.load(std::memory_order_relaxed) == 0;
@@ -42,7 +42,7 @@ void permit_queue::grant_locked(permit_waiter& w) noexcept {
         w.start_counted_ = true;
         unstarted_.fetch_add(1, std::memory_order_relaxed);
         w.handoff_listed_ = true;
-        w.handoff_ready_ = false;
+        w.handoff_ready_ = ready;
         w.handoff_next_ = nullptr;
         w.handoff_prev_ = handoff_tail_;
         if (handoff_tail_ != nullptr)
@@ -135,37 +135,50 @@ permit_waiter* permit_queue::next_handoffs(bool has_role) {
     return claim_handoffs_locked();
 }
 
-void permit_queue::grant_fitting_locked(waiter_list& granted) {
+void permit_queue::grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs) {
     // Stop at the first waiter that does not fit: a weighted head blocks those
     // behind it (S4), otherwise small entries could starve it forever.
+    bool made_ready = false;
     while (permit_waiter* head = waiters_.front()) {
         if (head->permits_ > available_) break;
         waiters_.pop_front();
         available_ -= head->permits_;
-        grant_locked(*head);
-        granted.push_back(*head);
+        // A waiter ready at its grant is not returned: from here on the
+        // hand-off list owns it (another thread handing off may take it as
+        // soon as the lock is released), so we must not touch it again.
+        const bool ready = handoffs != nullptr && head->starts_on_caller_ && head->ready_at_grant_;
+        grant_locked(*head, ready);
+        if (ready)
+            made_ready = true;
+        else
+            granted.push_back(*head);
     }
+    // The fan-in common path: the granting thread takes the ready chain (and
+    // the hand-off role) in this same critical section, no second lock.
+    if (made_ready) *handoffs = claim_handoffs_locked();
 }
 
-waiter_list permit_queue::release(std::size_t n) {
+waiter_list permit_queue::release(std::size_t n, permit_waiter** handoffs) {
     waiter_list granted;
+    if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
     available_ += n;
     ++completed_;
     if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
-        grant_fitting_locked(granted);
+        grant_fitting_locked(granted, handoffs);
     if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
     return granted;
 }
 
-bool permit_queue::cancel(permit_waiter& w, waiter_list& granted) {
+bool permit_queue::cancel(permit_waiter& w, waiter_list& granted, permit_waiter** handoffs) {
+    if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
     if (w.state_ != permit_waiter::state::waiting) return false;  // granted or drained first
     waiters_.unlink(w);
     w.state_ = permit_waiter::state::removed;
     ++cancelled_;
     if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
-        grant_fitting_locked(granted);
+        grant_fitting_locked(granted, handoffs);
     return true;
 }
 

@@ -150,3 +150,75 @@ TEST_CASE("waiter_list unlinks from head, middle and tail") {
     CHECK(l.empty());
     CHECK(l.front() == nullptr);
 }
+
+namespace {
+
+std::vector<int> chain_ids(permit_waiter* chain) {
+    std::vector<int> out;
+    for (; chain != nullptr; chain = chain->handoff_next_) out.push_back(static_cast<node*>(chain)->id);
+    return out;
+}
+
+node& caller_started(node& n, bool ready_at_grant) {
+    n.starts_on_caller_ = true;
+    n.ready_at_grant_ = ready_at_grant;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("permit_queue release hands back the waiters ready at their grant as a hand-off chain, in grant order") {
+    permit_queue q(3, 100);
+    node holder(3, 0), a(1, 1), b(1, 2), c(1, 3), d(3, 4);
+    CHECK(q.acquire(holder, true) == acquire_outcome::granted);
+    // a and c need nothing between grant and hand-off; b has a hook to run first.
+    for (node* n : {&caller_started(a, true), &caller_started(b, false), &caller_started(c, true), &d})
+        CHECK(q.acquire(*n, true) == acquire_outcome::queued);
+
+    permit_waiter* chain = nullptr;
+    // Only b comes back to be started by the caller; a is ready and heads the
+    // hand-off list, so this thread takes it (and the hand-off role) at once;
+    // c is ready too but waits behind b, which is not (S17).
+    CHECK(ids(q.release(3, &chain)) == std::vector<int>{2});
+    CHECK(chain_ids(chain) == std::vector<int>{1});
+    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK(c.state_ == permit_waiter::state::granted);
+    CHECK(d.state_ == permit_waiter::state::waiting);
+
+    // b's hook ran on another thread while this one holds the role: b is left
+    // for this thread, which finds b and c when it asks for more.
+    bool alone = true;
+    CHECK(q.ready_for_handoff(b, false, alone) == nullptr);
+    CHECK_FALSE(alone);
+    CHECK(chain_ids(q.next_handoffs()) == std::vector<int>{2, 3});
+    CHECK(q.next_handoffs() == nullptr);  // gives the role up
+    for (node* n : {&a, &b, &c}) q.note_started(*n);
+}
+
+TEST_CASE("permit_queue release without a hand-off chain returns every grant, ready or not") {
+    permit_queue q(1, 100);
+    node holder(1, 0), a(1, 1);
+    CHECK(q.acquire(holder, true) == acquire_outcome::granted);
+    CHECK(q.acquire(caller_started(a, true), true) == acquire_outcome::queued);
+    CHECK(ids(q.release(1)) == std::vector<int>{1});
+    bool alone = true;
+    permit_waiter* chain = q.ready_for_handoff(a, false, alone);
+    CHECK(chain_ids(chain) == std::vector<int>{1});
+    CHECK(q.next_handoffs() == nullptr);
+    q.note_started(a);
+}
+
+TEST_CASE("permit_queue cancel that unblocks ready waiters hands them back as a chain") {
+    permit_queue q(2, 100);
+    node holder(1, 0), heavy(2, 1), a(1, 2);
+    CHECK(q.acquire(holder, true) == acquire_outcome::granted);
+    CHECK(q.acquire(heavy, true) == acquire_outcome::queued);
+    CHECK(q.acquire(caller_started(a, true), true) == acquire_outcome::queued);
+    waiter_list granted;
+    permit_waiter* chain = nullptr;
+    CHECK(q.cancel(heavy, granted, &chain));
+    CHECK(granted.empty());
+    CHECK(chain_ids(chain) == std::vector<int>{2});
+    CHECK(q.next_handoffs() == nullptr);
+    q.note_started(a);
+}

@@ -82,6 +82,13 @@ public:
     /// shutdown or poisoning); always by post.
     void reject(session_entry_errc code, std::string detail) noexcept;
 
+    /// Hands each entry of `chain` (a ready chain of the hand-off list, S17)
+    /// to its caller's executor, then the chains that became ready meanwhile,
+    /// until the queue says none is left. The thread calling this holds the
+    /// hand-off role; the host stays alive because whoever granted the
+    /// entries is up this thread's stack.
+    static void hand_off_in_grant_order(permit_waiter* chain) noexcept;
+
     /// Runs the body (a pool worker, or the caller's executor).
     void run() noexcept override;
     /// The executor dropped the runner without running it.
@@ -115,6 +122,10 @@ protected:
     void body_dropped() noexcept;
 
     const std::shared_ptr<host_core>& core() const noexcept { return core_; }
+
+    /// One hop at a time: the runner's (passed in body_finished), then the
+    /// completion's (passed by the completion function).
+    handoff_gate gate_;
     const session_options& options() const noexcept { return options_; }
 
     /// Records an admission failure (kept as code + text so that the op stays
@@ -127,7 +138,6 @@ private:
     void schedule(bool at_initiation) noexcept;
     /// A granted entry that will not start gives its permits back.
     void give_back_grant() noexcept;
-    static void hand_off_in_grant_order(host_core& core, permit_waiter* chain) noexcept;
     void release_permits() noexcept;
     void reject_counted(session_entry_errc code, std::string detail) noexcept;
 
@@ -270,11 +280,11 @@ private:
                 op->drop();
             }
         }
-        void operator()() {
-            entry_op* o = std::exchange(op, nullptr);
-            o->gate_.pass();
-            o->run();
-        }
+        // The gate is passed when the body is done (body_finished), not
+        // here: the poster is most likely still inside post (waking this
+        // thread) and the body need not wait for it; only the completion,
+        // which may let the caller destroy its context, must.
+        void operator()() { std::exchange(op, nullptr)->run(); }
     };
 
     /// co_spawn's completion for an asynchronous body.
@@ -461,7 +471,6 @@ private:
     // entry waits or runs elsewhere.
     handler_executor ex_;
     work_executor work_;
-    handoff_gate gate_;  // one hop at a time: the runner's, then the completion's
     // In an optional so that finish() can destroy the body (and its captures)
     // before the upcall, even when the op itself is freed after it.
     std::optional<std::decay_t<F>> body_;

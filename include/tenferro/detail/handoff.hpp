@@ -20,8 +20,10 @@
 // handler may call it first and pass afterwards, still inside its own
 // invocation (the context cannot be destroyed while one of its handlers runs),
 // which keeps the poster's remaining time out of the caller's latency; a
-// function that runs a session body must pass first, since the body may
-// complete the entry and free the operation. The wait is bounded by a few instructions of the
+// function that runs a session body passes when the body is done, before the
+// entry's completion is handed over the same gate (the body itself may run
+// while the poster finishes its post: only the completion lets the caller
+// tear its context down). The wait is bounded by a few instructions of the
 // poster (the rest of `post`), so it spins, then yields; it never waits on
 // user code. A function that runs inline inside the `post`/`dispatch` call
 // itself (dispatch onto the current executor, or an executor that runs
@@ -35,7 +37,12 @@
 #include <utility>
 
 #include <asio/dispatch.hpp>
+#include <asio/execution/blocking.hpp>
+#include <asio/execution/execute.hpp>
+#include <asio/execution/relationship.hpp>
+#include <asio/is_executor.hpp>
 #include <asio/post.hpp>
+#include <asio/prefer.hpp>
 
 namespace tenferro::detail {
 
@@ -75,13 +82,26 @@ private:
 
 /// Posts (or, with `may_dispatch`, dispatches) `fn` to `ex` under `gate`. `fn`
 /// must call `gate.pass()` when invoked and when destroyed unrun, as above.
+///
+/// A post is marked as a continuation (Asio's `relationship.continuation`):
+/// what we hand over continues the flow of the thread that hands it over (a
+/// body that released its permits, an initiation). When that thread runs
+/// inside the target context, Asio then queues `fn` on the thread's private
+/// queue, to run after the current handler, instead of taking the context's
+/// lock and waking another of its threads; from any other thread the hint
+/// changes nothing.
 template <class Executor, class Function>
 void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_dispatch) {
     const handoff_scope scope(gate);
-    if (may_dispatch)
+    if (may_dispatch) {
         asio::dispatch(ex, std::forward<Function>(fn));
-    else
+    } else if constexpr (asio::execution::is_executor<Executor>::value) {
+        asio::execution::execute(
+            asio::prefer(ex, asio::execution::blocking.never, asio::execution::relationship.continuation),
+            std::forward<Function>(fn));
+    } else {
         asio::post(ex, std::forward<Function>(fn));
+    }
 }
 
 }  // namespace tenferro::detail

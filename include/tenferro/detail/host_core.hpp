@@ -46,8 +46,9 @@ public:
     /// Waits for running sessions, then joins the compute workers.
     void stop_pool() noexcept;
 
-    /// Starts every entry in `granted` (FIFO order).
-    static void start_granted(waiter_list granted) noexcept;
+    /// Starts every entry in `granted` (FIFO order), after handing off the
+    /// ready chain `handoffs` that a release or cancel gave this thread.
+    static void start_granted(waiter_list granted, permit_waiter* handoffs = nullptr) noexcept;
 
 private:
     std::string name_;

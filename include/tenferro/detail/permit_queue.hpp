@@ -52,6 +52,11 @@ struct permit_waiter {
     // of that list ready hands off the ready prefix, one thread at a time, so a
     // grant made later on another thread can never be posted first.
     bool starts_on_caller_ = false;  // set by the entry before acquire
+    // Set by the entry before acquire: nothing needs to run between its grant
+    // and its hand-off (no observer hook, no cache claim), so a grant made by
+    // release() or cancel() marks it ready at once, in the same critical
+    // section, and the granting thread may hand it off without locking again.
+    bool ready_at_grant_ = false;
     bool start_counted_ = false;     // counted in the queue's unstarted count
     bool may_start_inline_ = false;  // set at the grant: no earlier grant is unstarted
     bool handoff_listed_ = false;    // in the hand-off list
@@ -145,12 +150,18 @@ public:
     /// Returns `n` permits and grants as many head waiters as now fit (FIFO
     /// order, stopping at the first one that does not). The granted waiters are
     /// returned for the caller to resume.
-    waiter_list release(std::size_t n);
+    ///
+    /// With `handoffs`, the caller takes part in the hand-off (S17): granted
+    /// waiters marked `ready_at_grant_` are not returned in the list but made
+    /// ready in the hand-off list, and if this thread may hand off now, the
+    /// ready chain comes back in `*handoffs` (with the hand-off role, as from
+    /// next_handoffs()). Without it, every grant is returned in the list.
+    waiter_list release(std::size_t n, permit_waiter** handoffs = nullptr);
 
     /// Removes `w` if it is still waiting (returns true) and re-offers the free
     /// permits, since `w` may have been a weighted head blocking smaller waiters.
-    /// Those newly granted are appended to `granted`.
-    bool cancel(permit_waiter& w, waiter_list& granted);
+    /// Those newly granted are appended to `granted` (`handoffs`: as for release).
+    bool cancel(permit_waiter& w, waiter_list& granted, permit_waiter** handoffs = nullptr);
 
     /// Marks the queue poisoned and hands back every waiter, now removed.
     waiter_list poison();
@@ -204,8 +215,8 @@ public:
     void wait_until_idle();
 
 private:
-    void grant_fitting_locked(waiter_list& granted);
-    void grant_locked(permit_waiter& w) noexcept;
+    void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
+    void grant_locked(permit_waiter& w, bool ready = false) noexcept;
     permit_waiter* take_ready_handoffs_locked() noexcept;
     void unlink_handoff_locked(permit_waiter& w) noexcept;
     permit_waiter* claim_handoffs_locked() noexcept;
