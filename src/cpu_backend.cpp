@@ -4,33 +4,23 @@
 
 namespace tenferro {
 
-namespace {
-std::size_t resolve_permits(std::size_t requested) {
-    if (requested != 0) return requested;
-    const unsigned hw = std::thread::hardware_concurrency();
-    return hw == 0 ? 1 : hw;
-}
-}  // namespace
-
 cpu_backend::cpu_backend(cpu_backend_options options)
-    : core_(std::make_shared<detail::host_core>("cpu", resolve_permits(options.permits), options.max_waiters,
-                                                options.cpus, std::move(options.observer), options.buffer_pool_bytes,
-                                                options.runtime_cache_bytes, std::move(options.on_worker_start))) {}
-
-cpu_backend::~cpu_backend() {
-    core_->shut_down();
-    core_->stop_pool();
+    : host_(host_options{options.permits, options.max_waiters, std::move(options.cpus), std::move(options.observer),
+                         std::move(options.on_worker_start)},
+            options.buffer_pool_bytes, options.runtime_cache_bytes) {
+    host_.backend().use_pool(detail::host_access::core(host_).pool());
 }
 
-admission_stats cpu_backend::stats() const {
-    const detail::permit_counters c = core_->queue().counters();
-    return {c.permits, c.available, c.waiting, c.admitted, c.completed, c.rejected, c.cancelled};
-}
+// session_host's destructor: shutdown(), wait for running sessions, join the
+// workers, then the backend (buffer pool, default cache).
+cpu_backend::~cpu_backend() = default;
 
-tenferro::buffer_pool_stats cpu_backend::buffer_pool_stats() const { return core_->buffers()->stats(); }
+admission_stats cpu_backend::stats() const { return host_.stats(); }
 
-bool cpu_backend::poisoned() const noexcept { return core_->queue().poisoned(); }
+tenferro::buffer_pool_stats cpu_backend::buffer_pool_stats() const { return host_.backend().buffers()->stats(); }
 
-void cpu_backend::shutdown() { core_->shut_down(); }
+bool cpu_backend::poisoned() const noexcept { return host_.poisoned(); }
+
+void cpu_backend::shutdown() { host_.shutdown(); }
 
 }  // namespace tenferro

@@ -3,22 +3,12 @@
 
 #include <string>
 
-#include "cpu_session.hpp"
 #include "tenferro/detail/entry_op.hpp"
 
 #include "fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {
-
-// What an asynchronous session body needs to outlive its suspensions: its
-// context (carried by its session_executor) and its session object.
-struct async_session_state final : session_context {
-    async_session_state(const void* host, compute_pool& pool, std::size_t permits,
-                        const std::shared_ptr<buffer_pool>& buffers, cpu_runtime_cache& cache)
-        : session_context(context_kind::session, host), session(pool, permits, buffers, cache) {}
-    cpu_session session;
-};
 
 struct scope_state final : session_context {
     scope_state(const void* host, std::string_view backend)
@@ -43,14 +33,15 @@ std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? "
 
 }  // namespace
 
-entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body,
-                       cpu_runtime_cache* cache) noexcept
-    : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body), cache_(cache) {
+entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind,
+                       bool async_body) noexcept
+    : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body) {
     permits_ = options_.permits;
     starts_on_caller_ = kind_ == entry_kind::scope || options_.where == placement::caller;
-    // Nothing to do between grant and hand-off: no hook, no claim (and with no
-    // observer the host can never be poisoned, S18).
-    ready_at_grant_ = starts_on_caller_ && cache_ == nullptr && core_->observer() == nullptr;
+    // Nothing to do between grant and hand-off: no hook (and with no observer
+    // the host can never be poisoned, S18). A backend's claims happen later,
+    // in open_session.
+    ready_at_grant_ = starts_on_caller_ && core_->observer() == nullptr;
 }
 
 entry_base::~entry_base() = default;
@@ -99,13 +90,9 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(session_entry_errc::resource_poisoned,
                                   "an admission_observer hook threw earlier; the host admits nothing more");
         if (queue.is_shut_down()) return reject_counted(session_entry_errc::executor, "the host was shut down");
-        if (cache_ != nullptr && !cache_->try_claim())
-            return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
-        cache_claimed_ = cache_ != nullptr;
-        if (ctx->scope_busy.exchange(true, std::memory_order_acq_rel)) {
-            release_permits();  // gives the cache claim back; no permits are held yet
+        if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
+        if (ctx->scope_busy.exchange(true, std::memory_order_acq_rel))
             return reject_counted(session_entry_errc::contended, "another session of this execution scope is running");
-        }
         scope_ = ctx->shared_from_this();
         queue.note_admitted_without_permits(*this);
         return schedule(true);
@@ -115,8 +102,7 @@ void entry_base::start(session_context* ctx) noexcept {
         return reject_counted(session_entry_errc::incompatible_context,
                               "the entry asks for " + permits_text(options_.permits) + " and the host has " +
                                   permits_text(queue.permits()));
-    if (cache_ != nullptr && cache_->in_use())
-        return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
+    if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
 
     switch (queue.acquire(*this, options_.wait == wait_policy::fifo)) {
     case acquire_outcome::granted:
@@ -148,20 +134,11 @@ void entry_base::on_granted(bool at_initiation) noexcept {
                               "an admission_observer hook threw while this entry was being admitted; "
                               "the body did not run");
     }
-    if (cache_ != nullptr) {
-        if (!cache_->try_claim()) {
-            give_back_grant();
-            return reject_counted(session_entry_errc::contended, "the runtime cache is in use by a running session");
-        }
-        cache_claimed_ = true;
-    }
     if (admission_observer* observer = core_->observer()) {
         try {
             observer->on_admitted(permits_);
         } catch (...) {
             core_->poison("an admission_observer::on_admitted hook threw");
-            if (cache_claimed_) cache_->release_claim();
-            cache_claimed_ = false;
             give_back_grant();  // poisoned: grants nobody
             return reject_counted(session_entry_errc::resource_poisoned,
                                   "the admission_observer::on_admitted hook threw while admitting this entry");
@@ -251,22 +228,13 @@ void entry_base::run() noexcept {
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
-        } else if (async_body_) {
-            auto state = std::make_shared<async_session_state>(core_.get(), core_->pool(), permits_, core_->buffers(),
-                                                               session_cache());
-            body_context_ = state;
-            asio::any_io_executor inner = options_.where == placement::compute
-                                              ? asio::any_io_executor(core_->pool().get_executor())
-                                              : caller_executor();
-            spawn_session(session_executor(std::move(inner), state), state->session);
         } else {
-            session_context ctx(context_kind::session, core_.get());
-            cpu_session session(core_->pool(), permits_, core_->buffers(), session_cache());
-            {
-                sync_context_marker marker(ctx);
-                invoke_sync(session);  // stores the value or the exception
-            }
-            body_finished();
+            // The session's own failures (a rejection, an exception from
+            // open_session) are run_session's to report; it ends in
+            // body_finished(), so nothing here may touch `this` after it.
+            run_session(session_grant{permits_, options_.where == placement::compute
+                                                    ? asio::any_io_executor(core_->pool().get_executor())
+                                                    : caller_executor()});
         }
     } catch (...) {
         // Only the runtime's own set-up can get here (allocating the body's
@@ -286,6 +254,33 @@ void entry_base::drop() noexcept {
     complete(false);
 }
 
+void entry_base::opened_rejected(const session_entry_error& error) noexcept {
+    try {
+        set_error(error.code(), std::string(error.detail()));
+    } catch (...) {
+        set_error(error.code(), {});
+    }
+    core_->queue().note_rejected();
+    body_finished();
+}
+
+void entry_base::open_threw() noexcept {
+    std::string detail = "the backend's open_session threw";
+    try {
+        throw;
+    } catch (const std::exception& e) {
+        try {
+            detail += ": ";
+            detail += e.what();
+        } catch (...) {
+        }
+    } catch (...) {
+    }
+    set_error(session_entry_errc::executor, std::move(detail));
+    core_->queue().note_rejected();
+    body_finished();
+}
+
 void entry_base::body_dropped() noexcept {
     set_error(session_entry_errc::executor, "the executor destroyed the asynchronous session body before it finished");
     body_finished();
@@ -297,6 +292,7 @@ void entry_base::body_finished() noexcept {
     gate_.pass();
     if (body_context_) {
         body_context_->active.store(false, std::memory_order_release);
+        body_context_->close();  // an asynchronous body's session goes before its permits
         body_context_.reset();
     }
     release_permits();
@@ -308,10 +304,6 @@ void entry_base::body_finished() noexcept {
 
 void entry_base::release_permits() noexcept {
     core_->queue().note_started(*this);  // a no-op unless the body never started
-    if (cache_claimed_) {
-        cache_->release_claim();
-        cache_claimed_ = false;
-    }
     if (scope_) {
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();

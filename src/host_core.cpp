@@ -1,18 +1,28 @@
 #include "tenferro/detail/host_core.hpp"
 
+#include <thread>
+
 #include "tenferro/detail/entry_op.hpp"
 
 namespace tenferro::detail {
 
 host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-                     std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes,
-                     std::size_t runtime_cache_bytes, std::function<void(std::size_t)> on_worker_start)
+                     std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start)
     : name_(std::move(name)),
       queue_(permits, max_waiters),
       pool_(std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
-      observer_(std::move(observer)),
-      buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)),
-      default_cache_(runtime_cache_bytes) {}
+      observer_(std::move(observer)) {}
+
+admission_stats host_core::stats() const {
+    const permit_counters c = queue_.counters();
+    return {c.permits, c.available, c.waiting, c.admitted, c.completed, c.rejected, c.cancelled};
+}
+
+std::size_t resolve_permits(std::size_t requested) noexcept {
+    if (requested != 0) return requested;
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : hw;
+}
 
 void host_core::start_granted(waiter_list granted, permit_waiter* handoffs) noexcept {
     // The chain first: it holds the earliest grants that were ready at once.

@@ -2,6 +2,9 @@
 /// \file
 /// `cpu_backend`: the CPU host. Admits session entries through a strict FIFO
 /// queue of permits and runs their bodies on an owned pool of compute workers.
+/// Built on `session_host` (session_host.hpp) with the CPU backend
+/// (`detail::cpu_engine`): the admission rules are the template's, the
+/// sessions, buffer pool and runtime caches are the CPU's.
 
 #include <cstddef>
 #include <functional>
@@ -20,10 +23,10 @@
 #include "tenferro/backend_session_host.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
-#include "tenferro/detail/entry_op.hpp"
-#include "tenferro/detail/host_core.hpp"
+#include "tenferro/detail/cpu_engine.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
+#include "tenferro/session_host.hpp"
 
 namespace tenferro {
 
@@ -123,9 +126,7 @@ public:
     /// (`compute` or `caller` placement).
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_backend_session(session_options options, F&& f, CompletionToken&& token = {}) {
-        using R = typename detail::body_traits<F, backend_session>::value_type;
-        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session>{core_, options, nullptr}, token, std::forward<F>(f));
+        return host_.with_backend_session(options, std::forward<F>(f), std::forward<CompletionToken>(token));
     }
 
     /// As `with_backend_session`, but contractions inside consult and fill
@@ -142,17 +143,16 @@ public:
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_backend_session_cached(runtime_cache& cache, session_options options, F&& f,
                                      CompletionToken&& token = {}) {
-        using R = typename detail::body_traits<F, backend_session>::value_type;
-        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session>{core_, options, &cache}, token, std::forward<F>(f));
+        return detail::host_access::enter(host_, detail::cached_cpu_opener{&host_.backend(), &cache}, options,
+                                          std::forward<F>(f), std::forward<CompletionToken>(token));
     }
 
     /// The backend's own runtime cache, shared by the contractions of every
     /// `with_backend_session` entry (internally synchronised). Mark operands
     /// constant here (`default_cache().mark_constant(weights)`) to let those
     /// sessions keep their packed copies; `stats()` shows its counters.
-    runtime_cache& default_cache() noexcept { return core_->default_cache(); }
-    const runtime_cache& default_cache() const noexcept { return core_->default_cache(); }
+    runtime_cache& default_cache() noexcept { return host_.backend().default_cache(); }
+    const runtime_cache& default_cache() const noexcept { return host_.backend().default_cache(); }
 
     /// Admits once (one permit, FIFO) and runs `body(scope)`, an
     /// `asio::awaitable<R>(execution_scope&)`, on the caller's executor while
@@ -161,17 +161,13 @@ public:
     /// signature, resumption and cancellation as for `with_backend_session`.
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
-        using R = typename detail::body_traits<F, execution_scope>::value_type;
-        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::scope>{
-                core_, session_options{1, wait_policy::fifo, placement::caller}, nullptr},
-            token, std::forward<F>(body));
+        return host_.with_execution_scope(std::forward<F>(body), std::forward<CompletionToken>(token));
     }
 
     /// `"cpu"`.
-    std::string_view name() const noexcept { return core_->name(); }
+    std::string_view name() const noexcept { return host_.name(); }
     /// Total permits (= compute workers).
-    std::size_t permits() const noexcept { return core_->queue().permits(); }
+    std::size_t permits() const noexcept { return host_.permits(); }
     /// A consistent snapshot of the admission counters.
     admission_stats stats() const;
     /// A snapshot of the buffer pool that sessions allocate their outputs and
@@ -186,7 +182,7 @@ public:
 private:
     friend struct detail::testing_access;
 
-    std::shared_ptr<detail::host_core> core_;
+    session_host<detail::cpu_engine> host_;
 };
 
 static_assert(backend_session_host<cpu_backend>);

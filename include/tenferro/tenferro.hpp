@@ -12,4 +12,6 @@
 #include "tenferro/io.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/session_entry_error.hpp"
+#include "tenferro/session_grant.hpp"
+#include "tenferro/session_host.hpp"
 #include "tenferro/tensor.hpp"

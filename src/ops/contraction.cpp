@@ -23,10 +23,10 @@
 #include <memory>
 #include <string>
 
-#include "cpu_session.hpp"
 #include "kernels/gemm.hpp"
 #include "ops/op_support.hpp"
 #include "runtime_cache_state.hpp"
+#include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

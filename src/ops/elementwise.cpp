@@ -2,8 +2,8 @@
 // unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
 
 #include "kernels/elementwise.hpp"
-#include "cpu_session.hpp"
 #include "ops/op_support.hpp"
+#include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

@@ -5,10 +5,10 @@
 #include <memory_resource>
 #include <vector>
 
-#include "cpu_session.hpp"
 #include "kernels/pairwise.hpp"
 #include "kernels/reduce.hpp"
 #include "ops/op_support.hpp"
+#include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

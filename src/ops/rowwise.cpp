@@ -2,9 +2,9 @@
 
 #include <memory_resource>
 
-#include "cpu_session.hpp"
 #include "kernels/rowwise.hpp"
 #include "ops/op_support.hpp"
+#include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

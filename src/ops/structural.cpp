@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "cpu_session.hpp"
 #include "kernels/structural.hpp"
 #include "ops/op_support.hpp"
+#include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

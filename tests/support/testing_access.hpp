@@ -16,7 +16,9 @@ namespace tenferro::detail {
 struct testing_access {
     /// The next `n` runners handed to `cpu`'s compute workers are dropped
     /// unrun, as an executor that loses work would.
-    static void drop_next_runs(cpu_backend& cpu, std::size_t n) noexcept { cpu.core_->pool().drop_next_for_testing(n); }
+    static void drop_next_runs(cpu_backend& cpu, std::size_t n) noexcept {
+        host_access::core(cpu.host_).pool().drop_next_for_testing(n);
+    }
 
     /// Claims `cache` as a session entry does; false if a session holds it.
     static bool try_claim(cpu_runtime_cache& cache) noexcept { return cache_access::try_claim(cache); }

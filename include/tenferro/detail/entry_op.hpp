@@ -22,12 +22,14 @@
 // Exactly-once: the queue decides, under its lock, whether a waiter is granted,
 // cancelled or drained; only the winner goes on, and every path ends in
 // exactly one `complete()`. The typed half (`entry_op`) owns the handler, the
-// body and the result; everything else lives in `entry_base`, compiled once
-// in the library.
+// body, the result and the backend's opener (which opens the session for the
+// grant: `B::open_session` for session_host<B>); everything else lives in
+// `entry_base`, compiled once in the library and ignorant of backends.
 
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -50,7 +52,6 @@
 
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
-#include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/entry_memory.hpp"
 #include "tenferro/detail/handoff.hpp"
@@ -59,6 +60,7 @@
 #include "tenferro/detail/session_context.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
+#include "tenferro/session_grant.hpp"
 
 namespace tenferro::detail {
 
@@ -95,23 +97,26 @@ public:
     void drop() noexcept override;
 
 protected:
-    entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body,
-               cpu_runtime_cache* cache) noexcept;
+    entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body) noexcept;
     ~entry_base();
 
     /// Hands `run()` to the caller's associated executor (placement::caller):
     /// `dispatch` when admitted inside the initiating function (the body may
     /// then run at once, on the caller's thread), `post` otherwise.
     virtual void run_on_caller(bool may_dispatch) noexcept = 0;
-    /// Runs a synchronous body, storing its value or exception.
-    virtual void invoke_sync(backend_session& session) noexcept = 0;
-    /// Spawns an asynchronous body on `ex`; its completion calls `body_finished()`.
-    virtual void spawn_session(session_executor ex, backend_session& session) noexcept = 0;
+    /// Opens the backend's session for `grant` and runs the body in it (a
+    /// synchronous body here; an asynchronous one spawned on the grant's
+    /// executor); ends in `body_finished()` one way or another, the session
+    /// destroyed before it. A rejection by the backend goes through
+    /// `opened_rejected`, an exception from it through `open_threw`.
+    virtual void run_session(session_grant grant) noexcept = 0;
+    /// Spawns a scope's body on `ex`; its completion calls `body_finished()`.
     virtual void spawn_scope(session_executor ex, execution_scope& scope) noexcept = 0;
+    /// Why the entry must be rejected (`contended`) before it queues, or null:
+    /// a resource its session will claim is busy now (a cached CPU entry's cache).
+    virtual const char* busy_before_admission() const noexcept { return nullptr; }
     /// The caller's executor, for bodies with placement::caller and for scopes.
     virtual asio::any_io_executor caller_executor() const = 0;
-    /// The cache the session's contractions use: the caller's, else the host's.
-    cpu_runtime_cache& session_cache() const noexcept { return cache_ ? *cache_ : core_->default_cache(); }
     /// Delivers the outcome to the handler: `dispatch` when the caller may be
     /// resumed inline (we are on its executor, after a body), `post` otherwise.
     virtual void complete(bool may_dispatch) noexcept = 0;
@@ -120,6 +125,12 @@ protected:
     void body_finished() noexcept;
     /// Records that the body's frame was destroyed without completing.
     void body_dropped() noexcept;
+    /// The backend declined to open a session: complete with its error.
+    void opened_rejected(const session_entry_error& error) noexcept;
+    /// Opening the session threw: complete with `executor`, the message kept.
+    void open_threw() noexcept;
+    /// An asynchronous body's context (with its session): closed at the end.
+    void set_body_context(std::shared_ptr<session_context> ctx) noexcept { body_context_ = std::move(ctx); }
 
     const std::shared_ptr<host_core>& core() const noexcept { return core_; }
 
@@ -145,8 +156,6 @@ private:
     session_options options_;
     entry_kind kind_;
     bool async_body_;
-    cpu_runtime_cache* cache_;            // claimed from grant until release
-    bool cache_claimed_ = false;
     bool holds_permits_ = false;          // granted and announced to the observer
     std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
@@ -173,8 +182,8 @@ struct awaitable_traits<asio::awaitable<T, Executor>> {
 template <class F, class Arg>
 struct body_traits {
     static_assert(std::is_invocable_v<std::decay_t<F>&, Arg&>,
-                  "a tenferro session body must be callable with a backend_session& "
-                  "(an execution scope body with an execution_scope&)");
+                  "a tenferro session body must be callable with its host's session_type& (backend_session& "
+                  "for cpu_backend; an execution scope body with an execution_scope&)");
     using invoke_result = std::invoke_result_t<std::decay_t<F>&, Arg&>;
     using traits = awaitable_traits<std::remove_cvref_t<invoke_result>>;
     static constexpr bool is_async = traits::is_awaitable;
@@ -186,12 +195,71 @@ template <class R>
 using entry_signature = void(std::exception_ptr, session_result<R>);
 
 // ---------------------------------------------------------------------------
+// Openers: what a backend's open_session returned, and the session in it.
+// ---------------------------------------------------------------------------
+
+/// The opener of scope entries, which open no session themselves.
+struct no_opener {
+    using session_type = backend_session;
+};
+
+template <class T>
+struct is_session_result : std::false_type {};
+template <class T>
+struct is_session_result<tl::expected<T, session_entry_error>> : std::true_type {};
+
+/// The backend's rejection in what `open_session` returned, or null.
+template <class Opened>
+const session_entry_error* open_error(const Opened& opened) noexcept {
+    if constexpr (is_session_result<Opened>::value)
+        return opened.has_value() ? nullptr : &opened.error();
+    else
+        return nullptr;
+}
+
+/// The session in what `open_session` returned (which did not reject).
+template <class Session, class Opened>
+Session& opened_session(Opened& opened) noexcept {
+    if constexpr (is_session_result<Opened>::value)
+        return *opened;
+    else
+        return opened;
+}
+
+/// What an asynchronous body needs to outlive its suspensions: its context
+/// (which its session_executor carries) and the backend's session, built in
+/// place from open_session's result (sessions need not be movable) and
+/// destroyed when the body finishes (close), before the permits return.
+template <class Opened>
+struct async_session_state final : session_context {
+    template <class Opener>
+    async_session_state(const void* host, const Opener& open, const session_grant& grant)
+        : session_context(context_kind::session, host) {
+        ::new (static_cast<void*>(storage_)) Opened(open(grant));
+        alive_ = true;
+    }
+    ~async_session_state() override { close(); }
+    void close() noexcept override {
+        if (alive_) {
+            alive_ = false;
+            opened().~Opened();
+        }
+    }
+    Opened& opened() noexcept { return *std::launder(reinterpret_cast<Opened*>(storage_)); }
+
+private:
+    alignas(Opened) unsigned char storage_[sizeof(Opened)];
+    bool alive_ = false;
+};
+
+// ---------------------------------------------------------------------------
 // The typed operation.
 // ---------------------------------------------------------------------------
 
-template <class Handler, class F, entry_kind Kind>
+template <class Handler, class F, entry_kind Kind, class Opener>
 class entry_op final : public entry_base {
-    using arg_type = std::conditional_t<Kind == entry_kind::session, backend_session, execution_scope>;
+    using session_type = typename Opener::session_type;
+    using arg_type = std::conditional_t<Kind == entry_kind::session, session_type, execution_scope>;
     using traits = body_traits<F, arg_type>;
     using R = typename traits::value_type;
     using result_type = session_result<R>;
@@ -209,13 +277,12 @@ public:
     /// Allocates the operation with the handler's associated allocator (our
     /// per-thread entry cache by default) and starts admission.
     template <class H, class G>
-    static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options,
-                       cpu_runtime_cache* cache) {
+    static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener) {
         allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
         entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
         try {
             std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::forward<G>(body),
-                                                             std::move(core), options, cache);
+                                                             std::move(core), options, std::move(opener));
         } catch (...) {
             std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
             throw;
@@ -228,8 +295,9 @@ public:
     }
 
     template <class H, class G>
-    entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, cpu_runtime_cache* cache)
-        : entry_base(std::move(core), options, Kind, traits::is_async, cache),
+    entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener)
+        : entry_base(std::move(core), options, Kind, traits::is_async),
+          opener_(std::move(opener)),
           handler_(std::forward<H>(handler)),
           ex_(asio::get_associated_executor(handler_)),
           work_(asio::prefer(ex_, asio::execution::outstanding_work.tracked)),
@@ -344,7 +412,50 @@ private:
         }
     }
 
-    void invoke_sync(backend_session& session) noexcept override {
+    void run_session(session_grant grant) noexcept override {
+        if constexpr (Kind == entry_kind::session) {
+            using opened_type = std::invoke_result_t<const Opener&, const session_grant&>;
+            static_assert(!std::is_reference_v<opened_type>,
+                          "open_session must return the session by value, or a session_result of it");
+            static_assert(
+                std::is_convertible_v<
+                    std::remove_cvref_t<decltype(opened_session<session_type>(std::declval<opened_type&>()))>&,
+                    session_type&>,
+                "open_session must return session_type, a type derived from it, or a session_result of one");
+            if constexpr (traits::is_async) {
+                std::shared_ptr<async_session_state<opened_type>> state;
+                try {
+                    state = std::make_shared<async_session_state<opened_type>>(core().get(), opener_, grant);
+                } catch (...) {
+                    return open_threw();
+                }
+                if (const session_entry_error* e = open_error(state->opened())) {
+                    const session_entry_error error = *e;  // (the state and its result go first)
+                    state.reset();
+                    return opened_rejected(error);
+                }
+                session_type& session = opened_session<session_type>(state->opened());
+                set_body_context(state);
+                spawn(session_executor(std::move(grant.executor), std::move(state)), session);
+            } else {
+                // The session lives in this frame; it is destroyed before the
+                // permits are released (body_finished, below or in the handlers).
+                session_context ctx(context_kind::session, core().get());
+                try {
+                    opened_type opened = opener_(std::as_const(grant));
+                    if (const session_entry_error* e = open_error(opened)) return opened_rejected(*e);
+                    const sync_context_marker marker(ctx);
+                    invoke_sync(opened_session<session_type>(opened));  // stores the value or the exception
+                } catch (...) {
+                    // Only opening the session can throw here.
+                    return open_threw();
+                }
+                body_finished();
+            }
+        }
+    }
+
+    void invoke_sync(session_type& session) noexcept {
         if constexpr (Kind == entry_kind::session && !traits::is_async) {
             try {
                 if constexpr (std::is_void_v<R>) {
@@ -377,11 +488,15 @@ private:
         }
     }
 
-    void spawn_session(session_executor ex, backend_session& session) noexcept override {
-        if constexpr (Kind == entry_kind::session) spawn(std::move(ex), session);
-    }
     void spawn_scope(session_executor ex, execution_scope& scope) noexcept override {
         if constexpr (Kind == entry_kind::scope) spawn(std::move(ex), scope);
+    }
+
+    const char* busy_before_admission() const noexcept override {
+        if constexpr (requires(const Opener& o) { o.busy_before_admission(); })
+            return opener_.busy_before_admission();
+        else
+            return nullptr;
     }
 
     void complete(bool may_dispatch) noexcept override {
@@ -464,6 +579,7 @@ private:
         std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
     }
 
+    [[no_unique_address]] Opener opener_;
     Handler handler_;
     // Hops use the plain executor: every copy of a work-tracking executor that
     // Asio makes inside post/dispatch would touch the context's shared work
@@ -481,16 +597,16 @@ private:
 };
 
 /// The initiation object handed to `asio::async_initiate`.
-template <entry_kind Kind>
+template <entry_kind Kind, class Opener>
 struct initiate_entry {
     std::shared_ptr<host_core> core;
     session_options options;
-    cpu_runtime_cache* cache;
+    Opener opener;
 
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
-        using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind>;
-        op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, cache);
+        using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
+        op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
     }
 };
 

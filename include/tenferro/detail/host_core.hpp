@@ -1,9 +1,10 @@
 #pragma once
-// The shared state behind one host: its permit queue, compute pool and
-// observer. Reference counted: every entry keeps the core alive until it has
-// completed, so a cancellation that fires after the host is gone still finds a
-// valid queue. The compute pool is stopped by the host's destructor, after the
-// last running session released its permits.
+// The shared state behind one host, whatever its backend: its permit queue,
+// compute pool and observer. Reference counted: every entry keeps the core
+// alive until it has completed, so a cancellation that fires after the host is
+// gone still finds a valid queue. The compute pool is stopped by the host's
+// destructor, after the last running session released its permits. Nothing
+// here knows what a session is (see session_host.hpp, cpu_backend.hpp).
 
 #include <cstddef>
 #include <functional>
@@ -13,8 +14,6 @@
 #include <string_view>
 
 #include "tenferro/admission_observer.hpp"
-#include "tenferro/buffer_pool.hpp"
-#include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 
@@ -22,22 +21,21 @@ namespace tenferro::detail {
 
 class entry_base;
 
+/// Permits for a host asked for `requested`: 0 means the machine's hardware
+/// threads (at least 1).
+std::size_t resolve_permits(std::size_t requested) noexcept;
+
 class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-              std::shared_ptr<admission_observer> observer, std::size_t buffer_pool_bytes = 0,
-              std::size_t runtime_cache_bytes = cpu_runtime_cache::default_capacity_bytes,
-              std::function<void(std::size_t)> on_worker_start = {});
+              std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start = {});
 
     std::string_view name() const noexcept { return name_; }
     permit_queue& queue() noexcept { return queue_; }
     compute_pool& pool() noexcept { return *pool_; }
     admission_observer* observer() const noexcept { return observer_.get(); }
-    /// The pool that sessions allocate outputs and temporaries from.
-    const std::shared_ptr<buffer_pool>& buffers() const noexcept { return buffers_; }
-    /// The cache that sessions without a caller-owned cache share.
-    cpu_runtime_cache& default_cache() noexcept { return default_cache_; }
-    const cpu_runtime_cache& default_cache() const noexcept { return default_cache_; }
+    /// A consistent snapshot of the admission counters.
+    admission_stats stats() const;
 
     /// Poisons the queue and rejects every queued entry with `resource_poisoned`.
     void poison(std::string_view why) noexcept;
@@ -55,8 +53,6 @@ private:
     permit_queue queue_;
     std::unique_ptr<compute_pool> pool_;
     std::shared_ptr<admission_observer> observer_;
-    std::shared_ptr<buffer_pool> buffers_;
-    cpu_runtime_cache default_cache_;
 };
 
 }  // namespace tenferro::detail

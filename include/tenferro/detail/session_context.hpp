@@ -40,6 +40,12 @@ struct session_context : std::enable_shared_from_this<session_context> {
     session_context(context_kind k, const void* h) noexcept : kind(k), host(h) {}
     session_context(const session_context&) = delete;
     session_context& operator=(const session_context&) = delete;
+    virtual ~session_context() = default;
+
+    /// The body has finished: destroy what it used (an asynchronous body's
+    /// backend session) now, although executor copies that carry this context
+    /// may keep the object itself alive a little longer.
+    virtual void close() noexcept {}
 
     const context_kind kind;
     /// Identity of the host whose session or scope this is.

@@ -1,8 +1,10 @@
 #pragma once
 // The CPU backend's session: validates arguments and runs kernels through the
 // compute pool's parallel-for, on at most `parallelism()` threads. Outputs and
-// temporaries come from the host's buffer pool. The operations are defined
-// per family in src/ops/*.cpp.
+// temporaries come from the backend's buffer pool. The operations are defined
+// per family in src/ops/*.cpp. Visible (in detail/) only because
+// `cpu_engine::open_session` returns it by value into the session entry's
+// template code; users only ever see it as a `backend_session&`.
 
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +25,15 @@ public:
     cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
                 cpu_runtime_cache& cache) noexcept
         : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache) {}
+    /// A session of `with_backend_session_cached`: it holds `cache`'s claim
+    /// (taken by cpu_engine::open_session) and gives it back when destroyed.
+    struct claimed_t {};
+    cpu_session(claimed_t, compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
+                cpu_runtime_cache& cache) noexcept
+        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache), claimed_(true) {}
+    ~cpu_session() override {
+        if (claimed_) release_claim();
+    }
 
     std::string_view backend() const noexcept override { return "cpu"; }
     std::size_t parallelism() const noexcept override { return permits_; }
@@ -128,10 +139,13 @@ public:
     void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
 
 private:
+    void release_claim() noexcept;
+
     compute_pool& pool_;
     std::size_t permits_;
-    const std::shared_ptr<buffer_pool>& buffers_;  // owned by the host core, which outlives the session
-    cpu_runtime_cache& cache_;                      // the caller's (claimed) or the host core's
+    const std::shared_ptr<buffer_pool>& buffers_;  // owned by the backend, which outlives the session
+    cpu_runtime_cache& cache_;                      // the caller's (claimed) or the backend's
+    bool claimed_ = false;
 };
 
 }  // namespace tenferro::detail

@@ -1,0 +1,22 @@
+#pragma once
+/// \file
+/// `session_grant`: what admission hands a backend when it opens a session.
+
+#include <cstddef>
+
+#include <asio/any_io_executor.hpp>
+
+namespace tenferro {
+
+/// The permits an admitted entry holds, and where its body runs. Passed to a
+/// backend's `open_session` (see `session_host`).
+struct session_grant {
+    /// How many permits were granted together (`session_options::permits`;
+    /// 1 for a session inside an execution scope, which reuses the scope's).
+    std::size_t permits;
+    /// The executor the body runs on: a compute worker of the host
+    /// (`placement::compute`) or the caller's associated executor.
+    asio::any_io_executor executor;
+};
+
+}  // namespace tenferro

@@ -1,0 +1,204 @@
+#pragma once
+/// \file
+/// `session_host<Backend>`: the admission machinery — strict FIFO permits,
+/// re-entry detection, execution scopes, poisoning, shutdown, placement, the
+/// observer, stats and every Asio completion token — as one class template
+/// over a backend that only says what its sessions are. `cpu_backend` is one
+/// such host; a GPU stream pool, a set of BLAS handles or a rate-limited
+/// service is another, with the same rules (docs/contract.md, S1–S18).
+
+#include <concepts>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "tenferro/admission_observer.hpp"
+#include "tenferro/backend_session_host.hpp"
+#include "tenferro/detail/entry_op.hpp"
+#include "tenferro/detail/host_core.hpp"
+#include "tenferro/execution_scope.hpp"
+#include "tenferro/session_entry_error.hpp"
+#include "tenferro/session_grant.hpp"
+
+namespace tenferro {
+
+/// What a backend supplies: the type its bodies receive, a name, and how to
+/// open a session for an admitted entry.
+///
+/// `open_session(grant)` is called once per admitted entry, after admission
+/// and before the body, on the thread the body will run on. It returns the
+/// session object (`session_type`, or a type derived from it), or a
+/// `session_result` of one; a `session_result` holding an error completes the
+/// entry with that error before the body runs, and the permits return at once.
+/// An exception from it completes the entry with `executor` (its message in
+/// `detail()`); it does not poison the host. The session object lives until
+/// the body (or its awaitable) has finished, and is destroyed before the
+/// permits are released.
+template <class B>
+concept session_backend = requires(B& b, const session_grant& g) {
+    typename B::session_type;
+    { b.name() } -> std::convertible_to<std::string_view>;
+    { b.open_session(g) };
+};
+
+/// Construction options of `session_host`.
+struct host_options {
+    /// Permits, and compute workers; 0 means `std::thread::hardware_concurrency()`.
+    std::size_t permits = 0;
+    /// Queue bound: a `fifo` entry arriving when this many wait completes with
+    /// `contended` (load shedding).
+    std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+    /// Pins the compute workers round-robin to these CPUs. A CPU this process
+    /// may not run on makes the constructor throw `std::system_error`.
+    std::vector<unsigned> cpus = {};
+    /// Optional metrics hook; see `admission_observer`.
+    std::shared_ptr<admission_observer> observer = nullptr;
+    /// Optional start-up hook of the compute workers, as
+    /// `cpu_backend_options::on_worker_start`.
+    std::function<void(std::size_t worker_index)> on_worker_start = nullptr;
+};
+
+namespace detail {
+struct host_access;
+
+/// Opens a `session_host<B>` session: calls `B::open_session` with the grant.
+template <class B>
+struct backend_opener {
+    using session_type = typename B::session_type;
+    B* backend;
+    decltype(auto) operator()(const session_grant& g) const { return backend->open_session(g); }
+};
+}  // namespace detail
+
+/// The admission core over backend `B`. Models the admission part of
+/// `backend_session_host`: every rule of docs/contract.md holds for any `B`.
+///
+/// Thread-safety: every member may be called concurrently from any thread.
+/// Destruction waits for running sessions: do not destroy the host from a
+/// thread that a running session (or a granted `placement::caller` body)
+/// needs in order to finish. The backend is destroyed after the last session.
+///
+/// \code
+/// struct stream_pool {
+///     using session_type = stream_session;
+///     std::string_view name() const { return "gpu"; }
+///     stream_session open_session(const tenferro::session_grant& g) { return stream_session(take_stream()); }
+/// };
+/// tenferro::session_host<stream_pool> gpu({.permits = 4});
+/// auto r = co_await gpu.with_backend_session([](stream_session& s) { return s.launch(kernel); });
+/// \endcode
+template <session_backend B>
+class session_host {
+public:
+    using backend_type = B;
+    using session_type = typename B::session_type;
+
+    /// Constructs the backend in place from `backend_args`, then starts
+    /// `options.permits` compute workers.
+    /// \throws std::system_error for an invalid CPU in `options.cpus`; the
+    /// first exception of `options.on_worker_start`; what `B`'s constructor throws.
+    template <class... A>
+    explicit session_host(host_options options, A&&... backend_args)
+        : backend_(std::forward<A>(backend_args)...),
+          core_(std::make_shared<detail::host_core>(
+              std::string(backend_.name()), detail::resolve_permits(options.permits), options.max_waiters, options.cpus,
+              std::move(options.observer), std::move(options.on_worker_start))) {}
+
+    /// `shutdown()`, then waits for running sessions, then joins the workers;
+    /// the backend is destroyed last.
+    ~session_host() {
+        core_->shut_down();
+        core_->stop_pool();
+    }
+
+    session_host(const session_host&) = delete;
+    session_host& operator=(const session_host&) = delete;
+
+    /// Runs `f` in a session of the backend once one permit is admitted.
+    ///
+    /// `f` is `R(session_type&)` or `asio::awaitable<R>(session_type&)`.
+    /// Completion signature `void(std::exception_ptr, session_result<R>)`;
+    /// admission, resumption, cancellation and lifetime exactly as
+    /// `cpu_backend::with_backend_session` (docs/contract.md).
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, session_options>)
+    auto with_backend_session(F&& f, CompletionToken&& token = {}) {
+        return with_backend_session(session_options{}, std::forward<F>(f), std::forward<CompletionToken>(token));
+    }
+
+    /// As above, with per-entry options (`permits`, `wait`, `where`).
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_backend_session(session_options options, F&& f, CompletionToken&& token = {}) {
+        return enter(detail::backend_opener<B>{&backend_}, options, std::forward<F>(f),
+                     std::forward<CompletionToken>(token));
+    }
+
+    /// Admits once (one permit, FIFO) and runs `body(scope)`, an
+    /// `asio::awaitable<R>(execution_scope&)`, on the caller's executor while
+    /// holding that permit; sessions of this host entered inside reuse it
+    /// (each opens its own backend session with the scope's permit).
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
+        using R = typename detail::body_traits<F, execution_scope>::value_type;
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::scope, detail::no_opener>{
+                core_, session_options{1, wait_policy::fifo, placement::caller}, {}},
+            token, std::forward<F>(body));
+    }
+
+    B& backend() noexcept { return backend_; }
+    const B& backend() const noexcept { return backend_; }
+    /// `backend().name()`, as it was when the host was built.
+    std::string_view name() const noexcept { return core_->name(); }
+    /// Total permits (= compute workers).
+    std::size_t permits() const noexcept { return core_->queue().permits(); }
+    /// A consistent snapshot of the admission counters.
+    admission_stats stats() const { return core_->stats(); }
+    /// True once an observer hook threw (S11); the host then admits nothing.
+    bool poisoned() const noexcept { return core_->queue().poisoned(); }
+    /// Stops admitting: queued and later entries complete with `executor`;
+    /// running sessions finish normally. Idempotent.
+    void shutdown() { core_->shut_down(); }
+
+private:
+    friend struct detail::host_access;
+
+    /// One entry, whose session `opener` opens (a backend may offer entries
+    /// that open their sessions differently, as `cpu_backend`'s cached ones).
+    template <class Opener, class F, class CompletionToken>
+    auto enter(Opener opener, session_options options, F&& f, CompletionToken&& token) {
+        using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
+            std::forward<F>(f));
+    }
+
+    B backend_;  // declared first: destroyed after the core has stopped
+    std::shared_ptr<detail::host_core> core_;
+};
+
+namespace detail {
+/// The library's way into a host's core (cpu_backend builds on session_host).
+struct host_access {
+    template <class B>
+    static host_core& core(session_host<B>& host) noexcept {
+        return *host.core_;
+    }
+    template <class B, class Opener, class F, class CompletionToken>
+    static auto enter(session_host<B>& host, Opener opener, session_options options, F&& f, CompletionToken&& token) {
+        return host.enter(std::move(opener), options, std::forward<F>(f), std::forward<CompletionToken>(token));
+    }
+};
+}  // namespace detail
+
+}  // namespace tenferro

@@ -1,0 +1,28 @@
+// The CPU backend's session opening (include/tenferro/detail/cpu_engine.hpp).
+
+#include "tenferro/detail/cpu_engine.hpp"
+
+#include "runtime_cache_state.hpp"
+
+namespace tenferro::detail {
+
+namespace {
+constexpr const char* cache_busy = "the runtime cache is in use by a running session";
+}
+
+cpu_engine::cpu_engine(std::size_t buffer_pool_bytes, std::size_t runtime_cache_bytes)
+    : buffers_(std::make_shared<buffer_pool>(buffer_pool_bytes)), default_cache_(runtime_cache_bytes) {}
+
+session_result<cpu_session> cpu_engine::open_session(const session_grant& grant, cpu_runtime_cache& cache) const {
+    if (!cache_access::try_claim(cache))
+        return tl::unexpected<session_entry_error>(
+            session_entry_error(session_entry_errc::contended, name(), cache_busy));
+    // Built in place: a session is neither copied nor moved.
+    return session_result<cpu_session>(tl::in_place, cpu_session::claimed_t{}, *pool_, grant.permits, buffers_, cache);
+}
+
+const char* cached_cpu_opener::busy_before_admission() const noexcept { return cache->in_use() ? cache_busy : nullptr; }
+
+void cpu_session::release_claim() noexcept { cache_access::release_claim(cache_); }
+
+}  // namespace tenferro::detail
