@@ -75,6 +75,10 @@ struct cpu_backend_options {
 class cpu_backend {
 public:
     using runtime_cache = cpu_runtime_cache;
+    /// What bodies receive (as for `session_host<B>::session_type`).
+    using session_type = backend_session;
+    /// The backend behind the admission core (see session_host.hpp).
+    using backend_type = detail::cpu_engine;
 
     /// Starts `options.permits` compute workers (optionally pinned), each of
     /// which runs `options.on_worker_start` (if set) before taking work.
