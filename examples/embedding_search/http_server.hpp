@@ -13,8 +13,11 @@
 // admission refused (the tenferro queue bound) -> 503 with Retry-After; idle
 // and slow clients are timed out; drain() (or SIGINT / SIGTERM) stops
 // accepting, lets requests in flight finish, and closes every connection.
+//
+// The server owns the acceptor, the open connections and the drain; a
+// connection (http_connection.hpp) reads and writes one socket, the routes
+// (search_routes.hpp) say what each request is answered with.
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -32,8 +35,10 @@
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
+#include "http_connection.hpp"
 #include "latency_histogram.hpp"
 #include "search_engine.hpp"
+#include "search_routes.hpp"
 
 namespace embedding_search {
 
@@ -61,9 +66,7 @@ struct server_snapshot {
     double uptime_seconds = 0.0;
 };
 
-class connection;
-
-class search_server {
+class search_server : private connection_owner {
 public:
     /// Binds and listens at once. \throws std::system_error when it cannot.
     search_server(search_engine& engine, server_options options);
@@ -89,20 +92,18 @@ public:
     std::string stats_json() const;
 
 private:
-    friend class connection;
-    struct http_response;
+    // connection_owner: what the connections call (handle goes to the routes)
+    asio::awaitable<http_response> handle(const http_request& request,
+                                          std::chrono::steady_clock::time_point received) override;
+    bool draining() const noexcept override;
+    void connection_closed(http_connection* c) override;
 
     asio::awaitable<void> accept_loop();
     void begin_drain();
-    void connection_closed(connection* c);
-    void count_response(int status) noexcept;
-    asio::awaitable<http_response> handle(std::string_view method, std::string_view target, std::string_view body,
-                                          std::chrono::steady_clock::time_point received);
-    asio::awaitable<http_response> handle_search(std::string_view body);
 
-    search_engine& engine_;
     server_options options_;
-    search_limits limits_;
+    connection_limits connection_limits_;
+    search_routes routes_;
     asio::io_context io_;
     asio::strand<asio::io_context::executor_type> strand_;  // acceptor, signals, drain timer
     asio::ip::tcp::acceptor acceptor_;
@@ -113,14 +114,12 @@ private:
     const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
     mutable std::mutex connections_mutex_;
-    std::unordered_map<connection*, std::weak_ptr<connection>> connections_;
+    std::unordered_map<http_connection*, std::weak_ptr<http_connection>> connections_;
     bool draining_ = false;  // guarded by connections_mutex_
     std::atomic<bool> draining_flag_{false};
 
-    std::atomic<std::uint64_t> accepted_{0}, requests_{0}, keepalive_reused_{0}, idle_timeouts_{0},
-        request_timeouts_{0};
-    std::array<std::atomic<std::uint64_t>, 600> responses_{};
-    latency_histogram search_latency_, healthz_latency_;
+    std::atomic<std::uint64_t> accepted_{0};
+    connection_counters counters_;
 };
 
 }  // namespace embedding_search

@@ -1,0 +1,55 @@
+#pragma once
+// One trial of the demo and the benchmark: a fresh server on an ephemeral
+// loopback port under one run of the built-in load generator, what it
+// measured, and the search requests that load sends.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <tenferro/tenferro.hpp>
+
+#include "corpus.hpp"
+#include "latency_histogram.hpp"
+#include "load_generator.hpp"
+#include "search_engine.hpp"
+
+namespace embedding_search {
+
+struct trial_result {
+    server_mode mode;
+    std::size_t permits = 0;
+    std::uint16_t port = 0;
+    load_result load;
+    histogram_snapshot admission_wait;
+    double utilisation = 0.0;
+    double mean_batch = 0.0;
+    std::string stats_json;
+
+    bool sample_ran = false;
+    std::int64_t sample_row = 0;
+    std::vector<search_hit> sample_hits, sample_reference;
+    reference_check sample_check;
+};
+
+struct trial_setup {
+    std::size_t connections = 256;
+    double duration_seconds = 10.0;
+    std::int64_t k = 10;
+    int healthz_interval_ms = 10;
+    std::uint64_t seed = 42;
+    bool sample_query = false;
+    std::function<void(const load_progress&)> progress;
+};
+
+/// `count` requests for queries near random corpus rows.
+std::vector<std::string> make_requests(const tenferro::tensor& corpus, std::size_t count, std::int64_t k,
+                                       std::uint64_t seed);
+
+/// One server (fresh tenferro backend, engine and HTTP server) under one load run.
+trial_result run_trial(const tenferro::tensor& corpus, const std::vector<std::string>& requests,
+                       const server_mode& mode, const trial_setup& setup);
+
+}  // namespace embedding_search
