@@ -114,7 +114,7 @@ std::string_view to_string(io_backend b) noexcept;
 
 namespace detail {
 
-/// The library half of one `.npy` operation (src/io/npy_io.cpp): created, then
+/// The library half of one `.npy` operation (src/io/npy_read.cpp, npy_write.cpp): created, then
 /// started once; `cancel` may be called from any thread at any time, also after
 /// completion (then it does nothing).
 class npy_operation {

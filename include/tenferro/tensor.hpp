@@ -182,6 +182,72 @@ struct trusted_t {
     explicit trusted_t() = default;
 };
 
+/// The members that derive views, written once for the three classes that have
+/// them: `const_tensor_view`, `tensor_view` and `tensor` each derive from it
+/// (CRTP, no data, no size), so `slice`, `transposed`, `reshaped` and
+/// `broadcast_to` are theirs. The members are defined, over the layout algebra,
+/// and instantiated for the three classes in the library (src/tensor/view.cpp).
+///
+/// `Self` is the deriving class. The `const` members view `Self` as a `View`
+/// and return a `View`: a view returns its own type (shallow const), a `const
+/// tensor` a `const_tensor_view`. When `MutableView` is not `void` (`tensor`),
+/// non-`const` overloads return a `MutableView` (`tensor_view`). Error messages
+/// name the deriving class, e.g. `"tensor_view::reshaped: ..."`.
+template <class Self, class View, class MutableView = void>
+class view_algebra {
+public:
+    /// A view of `begin, begin + step, ...` up to (excluding) `end` along `axis`,
+    /// with Python / numpy slice semantics: negative `axis`, `begin` and `end`
+    /// count from the end; `begin` and `end` are then clamped to the axis (out of
+    /// range values never throw, they select fewer elements or none); a negative
+    /// `step` walks backwards. `std::numeric_limits<std::int64_t>::max()` /
+    /// `min()` act as the open ends, so `slice(0, -1, INT64_MIN, -1)` reverses
+    /// axis 0. Throws `tensor_error` for an axis out of `[-rank, rank)` and for `step == 0`.
+    /// On a `tensor` the result views the tensor's storage.
+    View slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1) const;
+    MutableView slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1)
+        requires(!std::is_void_v<MutableView>);
+    /// The view with axis `i` of the result being axis `perm[i]` of this view;
+    /// throws `tensor_error` unless `perm` is a permutation of `0 .. rank-1`
+    /// (negative entries count from the end).
+    View transposed(std::span<const std::int64_t> perm) const;
+    View transposed(std::initializer_list<std::int64_t> perm) const;
+    MutableView transposed(std::span<const std::int64_t> perm)
+        requires(!std::is_void_v<MutableView>);
+    MutableView transposed(std::initializer_list<std::int64_t> perm)
+        requires(!std::is_void_v<MutableView>);
+    /// The view with the axes reversed (numpy's `.T`).
+    View transposed() const;
+    MutableView transposed()
+        requires(!std::is_void_v<MutableView>);
+    /// The same elements in row-major order under `shape`; one extent may be -1
+    /// (inferred). Never copies: throws `tensor_error` when the element counts
+    /// differ or when the strides cannot express the new shape (numpy's no-copy
+    /// reshape rule: only runs of axes that are contiguous with respect to each
+    /// other may be merged or split). On a `tensor`, which is row-major, it always
+    /// succeeds for a matching element count.
+    View reshaped(std::span<const std::int64_t> shape) const;
+    View reshaped(std::initializer_list<std::int64_t> shape) const;
+    MutableView reshaped(std::span<const std::int64_t> shape)
+        requires(!std::is_void_v<MutableView>);
+    MutableView reshaped(std::initializer_list<std::int64_t> shape)
+        requires(!std::is_void_v<MutableView>);
+    /// This view broadcast to `shape` with numpy rules (axes aligned at the end;
+    /// extent-1 and missing leading axes stretch with stride 0); throws `tensor_error`
+    /// when the shapes are incompatible or `shape` has fewer axes. Writing through a
+    /// mutable broadcast view writes the shared elements once per alias.
+    View broadcast_to(std::span<const std::int64_t> shape) const;
+    View broadcast_to(std::initializer_list<std::int64_t> shape) const;
+    MutableView broadcast_to(std::span<const std::int64_t> shape)
+        requires(!std::is_void_v<MutableView>);
+    MutableView broadcast_to(std::initializer_list<std::int64_t> shape)
+        requires(!std::is_void_v<MutableView>);
+
+private:
+    const Self& self() const noexcept { return static_cast<const Self&>(*this); }
+    Self& self() noexcept { return static_cast<Self&>(*this); }
+};
+
 }  // namespace detail
 
 class tensor;
@@ -193,8 +259,9 @@ class tensor_view;
 /// Implicitly constructible from `const tensor&` and from `tensor_view`. Copyable,
 /// no allocation. The viewed memory must outlive the view (see the file comment).
 /// A default-constructed view is an empty `f32` view of shape `[0]` with a null
-/// data pointer.
-class const_tensor_view {
+/// data pointer. `slice`, `transposed`, `reshaped` and `broadcast_to` (see
+/// `detail::view_algebra`) return `const_tensor_view`s.
+class const_tensor_view : public detail::view_algebra<const_tensor_view, const_tensor_view> {
 public:
     const_tensor_view() noexcept = default;
 
@@ -254,34 +321,6 @@ public:
         return at<T>(std::span<const std::int64_t>(index.begin(), index.size()));
     }
 
-    /// A view of `begin, begin + step, ...` up to (excluding) `end` along `axis`,
-    /// with Python / numpy slice semantics: negative `axis`, `begin` and `end`
-    /// count from the end; `begin` and `end` are then clamped to the axis (out of
-    /// range values never throw, they select fewer elements or none); a negative
-    /// `step` walks backwards. `std::numeric_limits<std::int64_t>::max()` /
-    /// `min()` act as the open ends, so `slice(0, -1, INT64_MIN, -1)` reverses
-    /// axis 0. Throws `tensor_error` for an axis out of `[-rank, rank)` and for `step == 0`.
-    const_tensor_view slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1) const;
-    /// The view with axis `i` of the result being axis `perm[i]` of this view;
-    /// throws `tensor_error` unless `perm` is a permutation of `0 .. rank-1`
-    /// (negative entries count from the end).
-    const_tensor_view transposed(std::span<const std::int64_t> perm) const;
-    const_tensor_view transposed(std::initializer_list<std::int64_t> perm) const;
-    /// The view with the axes reversed (numpy's `.T`).
-    const_tensor_view transposed() const;
-    /// The same elements in row-major order under `shape`; one extent may be -1
-    /// (inferred). Never copies: throws `tensor_error` when the element counts
-    /// differ or when the strides cannot express the new shape (numpy's no-copy
-    /// reshape rule: only runs of axes that are contiguous with respect to each
-    /// other may be merged or split).
-    const_tensor_view reshaped(std::span<const std::int64_t> shape) const;
-    const_tensor_view reshaped(std::initializer_list<std::int64_t> shape) const;
-    /// This view broadcast to `shape` with numpy rules (axes aligned at the end;
-    /// extent-1 and missing leading axes stretch with stride 0); throws `tensor_error`
-    /// when the shapes are incompatible or `shape` has fewer axes.
-    const_tensor_view broadcast_to(std::span<const std::int64_t> shape) const;
-    const_tensor_view broadcast_to(std::initializer_list<std::int64_t> shape) const;
-
     /// Validated parts; for code that already checked the layout (library internals).
     const_tensor_view(detail::trusted_t, const void* data, const detail::layout& l) noexcept
         : data_(data), layout_(l) {}
@@ -298,8 +337,10 @@ private:
 
 /// A non-owning, mutable strided view: like `const_tensor_view`, but grants write
 /// access. Implicitly constructible from `tensor&` (not from a temporary tensor,
-/// which would leave it dangling). Shallow-const, like `std::span`.
-class tensor_view {
+/// which would leave it dangling). Shallow-const, like `std::span`: `slice`,
+/// `transposed`, `reshaped` and `broadcast_to` (see `detail::view_algebra`) return
+/// `tensor_view`s, also on a `const tensor_view`.
+class tensor_view : public detail::view_algebra<tensor_view, tensor_view> {
 public:
     tensor_view() noexcept = default;
 
@@ -351,20 +392,6 @@ public:
         return at<T>(std::span<const std::int64_t>(index.begin(), index.size()));
     }
 
-    /// See `const_tensor_view::slice`.
-    tensor_view slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1) const;
-    /// See `const_tensor_view::transposed`.
-    tensor_view transposed(std::span<const std::int64_t> perm) const;
-    tensor_view transposed(std::initializer_list<std::int64_t> perm) const;
-    tensor_view transposed() const;
-    /// See `const_tensor_view::reshaped`.
-    tensor_view reshaped(std::span<const std::int64_t> shape) const;
-    tensor_view reshaped(std::initializer_list<std::int64_t> shape) const;
-    /// See `const_tensor_view::broadcast_to`. Writing through a broadcast view
-    /// writes the shared elements once per alias.
-    tensor_view broadcast_to(std::span<const std::int64_t> shape) const;
-    tensor_view broadcast_to(std::initializer_list<std::int64_t> shape) const;
-
     /// Validated parts; for code that already checked the layout (library internals).
     tensor_view(detail::trusted_t, void* data, const detail::layout& l) noexcept : data_(data), layout_(l) {}
     /// The metadata (library internals and kernels).
@@ -385,9 +412,10 @@ private:
 /// default-constructed or moved-from tensor holds no storage and reads as an
 /// empty `f32` tensor of shape `[0]` with a null data pointer.
 ///
-/// `slice`, `transposed`, `reshaped` and `broadcast_to` return views of this
-/// tensor's storage (mutable on a non-const tensor, read-only on a const one).
-class tensor {
+/// `slice`, `transposed`, `reshaped` and `broadcast_to` (see `detail::view_algebra`)
+/// return views of this tensor's storage (mutable on a non-const tensor, read-only
+/// on a const one).
+class tensor : public detail::view_algebra<tensor, const_tensor_view, tensor_view> {
 public:
     tensor() noexcept = default;
     tensor(const tensor& other) noexcept;
@@ -503,27 +531,6 @@ public:
     tensor_view view() noexcept { return tensor_view(detail::trusted_t{}, data_, layout_); }
     /// A read-only view of the whole tensor.
     const_tensor_view view() const noexcept { return const_tensor_view(detail::trusted_t{}, data_, layout_); }
-
-    /// See `const_tensor_view::slice`; the result views this tensor's storage.
-    tensor_view slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1);
-    const_tensor_view slice(std::int64_t axis, std::int64_t begin, std::int64_t end, std::int64_t step = 1) const;
-    /// See `const_tensor_view::transposed`.
-    tensor_view transposed(std::span<const std::int64_t> perm);
-    tensor_view transposed(std::initializer_list<std::int64_t> perm);
-    tensor_view transposed();
-    const_tensor_view transposed(std::span<const std::int64_t> perm) const;
-    const_tensor_view transposed(std::initializer_list<std::int64_t> perm) const;
-    const_tensor_view transposed() const;
-    /// See `const_tensor_view::reshaped` (always succeeds for a matching element count).
-    tensor_view reshaped(std::span<const std::int64_t> shape);
-    tensor_view reshaped(std::initializer_list<std::int64_t> shape);
-    const_tensor_view reshaped(std::span<const std::int64_t> shape) const;
-    const_tensor_view reshaped(std::initializer_list<std::int64_t> shape) const;
-    /// See `const_tensor_view::broadcast_to`.
-    tensor_view broadcast_to(std::span<const std::int64_t> shape);
-    tensor_view broadcast_to(std::initializer_list<std::int64_t> shape);
-    const_tensor_view broadcast_to(std::span<const std::int64_t> shape) const;
-    const_tensor_view broadcast_to(std::initializer_list<std::int64_t> shape) const;
 
     /// How many tensors share this tensor's storage (0 without storage). A
     /// snapshot: other threads may change it at any time.

@@ -9,8 +9,9 @@
 // - pool_engine (pool_engine.cpp): each request is a blocking syscall on a small
 //   thread pool.
 //
-// `io_engine()` picks one, once per process (see active_io_backend() in
-// <tenferro/io.hpp>). The read and write operations (npy_io.cpp) are written
+// `io_engine()` (io_engine.cpp) picks one, once per process (see
+// active_io_backend() in <tenferro/io.hpp>). The read and write operations
+// (npy_read.cpp, npy_write.cpp, on the shared op_base of npy_op.hpp) are written
 // once against this interface, so the same state machines and the same tests
 // cover both backends.
 //

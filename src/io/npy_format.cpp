@@ -22,7 +22,7 @@ std::uint64_t load_le(const std::uint8_t* p, int bytes) noexcept {
     return v;
 }
 
-// Not size_of(): this file is also built alone into the fuzzer, without tensor.cpp.
+// Not size_of(): this file is also built alone into the fuzzer, without src/tensor/.
 std::uint64_t itemsize_of(dtype t) noexcept { return t == dtype::f32 || t == dtype::i32 ? 4 : 8; }
 
 bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }

@@ -117,7 +117,7 @@ bool is_empty(const View& v) noexcept {
 
 void check_no_overlap(std::string_view op, std::string_view out_name, const tensor_view& out,
                       std::string_view input_name, const const_tensor_view& input) {
-    // Same test as tenferro::overlaps (tensor.cpp), without copying the views.
+    // Same test as tenferro::overlaps (tensor/view.cpp), without copying the views.
     if (is_empty(out) || is_empty(input)) return;
     const auto [out_first, out_last] = byte_range(out);
     const auto [in_first, in_last] = byte_range(input);
