@@ -23,12 +23,12 @@
 #include <asio/use_awaitable.hpp>
 
 #include "tenferro/admission_observer.hpp"
-#include "tenferro/backend_session_host.hpp"
 #include "tenferro/detail/entry_op.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"
+#include "tenferro/session_options.hpp"
 
 namespace tenferro {
 

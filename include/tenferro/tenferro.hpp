@@ -14,4 +14,5 @@
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"
 #include "tenferro/session_host.hpp"
+#include "tenferro/session_options.hpp"
 #include "tenferro/tensor.hpp"

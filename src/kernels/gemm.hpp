@@ -1,7 +1,7 @@
 #pragma once
 // GEMM kernel: C = alpha * A·B + beta * C over strided f32/f64 matrices.
 //
-// The ops layer (src/ops/contraction.cpp) reduces dot_general / matmul to calls of this kernel, one
+// The ops layer (src/cpu/ops/contraction.cpp) reduces dot_general / matmul to calls of this kernel, one
 // per batch position (or one per batch range). Usage:
 //
 //     kernels::gemm_operands op{m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, alpha, beta};

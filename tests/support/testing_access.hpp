@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "runtime_cache_state.hpp"
+#include "cpu/runtime_cache_state.hpp"
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
 
@@ -18,6 +18,11 @@ struct testing_access {
     /// unrun, as an executor that loses work would.
     static void drop_next_runs(cpu_backend& cpu, std::size_t n) noexcept {
         host_access::core(cpu.host_).pool().drop_next_for_testing(n);
+    }
+    /// The same for any `session_host` (the generic host of the admission tests).
+    template <class B>
+    static void drop_next_runs(session_host<B>& host, std::size_t n) noexcept {
+        host_access::core(host).pool().drop_next_for_testing(n);
     }
 
     /// Claims `cache` as a session entry does; false if a session holds it.

@@ -1,4 +1,4 @@
-#include "ops/op_support.hpp"
+#include "cpu/ops/op_support.hpp"
 
 #include <cstdint>
 #include <functional>

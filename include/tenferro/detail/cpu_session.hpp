@@ -2,7 +2,7 @@
 // The CPU backend's session: validates arguments and runs kernels through the
 // compute pool's parallel-for, on at most `parallelism()` threads. Outputs and
 // temporaries come from the backend's buffer pool. The operations are defined
-// per family in src/ops/*.cpp. Visible (in detail/) only because
+// per family in src/cpu/ops/*.cpp. Visible (in detail/) only because
 // `cpu_engine::open_session` returns it by value into the session entry's
 // template code; users only ever see it as a `backend_session&`.
 
@@ -52,7 +52,7 @@ public:
     /// `with_backend_session_cached` session, else the backend's own.
     cpu_runtime_cache& cache() const noexcept { return cache_; }
 
-    // Elementwise (src/ops/elementwise.cpp).
+    // Elementwise (src/cpu/ops/elementwise.cpp).
     tensor add(const_tensor_view a, const_tensor_view b) override;
     void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
     tensor sub(const_tensor_view a, const_tensor_view b) override;
@@ -88,7 +88,7 @@ public:
     void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) override;
     void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) override;
 
-    // Reductions (src/ops/reduce.cpp).
+    // Reductions (src/cpu/ops/reduce.cpp).
     using backend_session::reduce_max;
     using backend_session::reduce_max_into;
     using backend_session::reduce_min;
@@ -110,14 +110,14 @@ public:
     tensor norm_squared(const_tensor_view x) override;
     void norm_squared_into(const_tensor_view x, tensor_view out) override;
 
-    // Row-wise (src/ops/rowwise.cpp).
+    // Row-wise (src/cpu/ops/rowwise.cpp).
     tensor softmax(const_tensor_view x, std::int64_t axis) override;
     void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) override;
     std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) override;
     void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
                     tensor_view indices) override;
 
-    // Structural (src/ops/structural.cpp).
+    // Structural (src/cpu/ops/structural.cpp).
     using backend_session::concatenate;
     using backend_session::concatenate_into;
     using backend_session::transpose;
@@ -131,7 +131,7 @@ public:
     tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) override;
     void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) override;
 
-    // Contractions (src/ops/contraction.cpp).
+    // Contractions (src/cpu/ops/contraction.cpp).
     tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) override;
     void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
                           double alpha, double beta) override;

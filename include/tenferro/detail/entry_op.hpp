@@ -50,8 +50,6 @@
 #include <asio/recycling_allocator.hpp>
 #include <asio/system_executor.hpp>
 
-#include "tenferro/backend_session.hpp"
-#include "tenferro/backend_session_host.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/entry_memory.hpp"
 #include "tenferro/detail/handoff.hpp"
@@ -61,6 +59,7 @@
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"
+#include "tenferro/session_options.hpp"
 
 namespace tenferro::detail {
 
@@ -200,7 +199,8 @@ using entry_signature = void(std::exception_ptr, session_result<R>);
 
 /// The opener of scope entries, which open no session themselves.
 struct no_opener {
-    using session_type = backend_session;
+    struct no_session {};
+    using session_type = no_session;
 };
 
 template <class T>

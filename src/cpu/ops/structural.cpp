@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kernels/structural.hpp"
-#include "ops/op_support.hpp"
+#include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

@@ -3,7 +3,7 @@
 #include <memory_resource>
 
 #include "kernels/rowwise.hpp"
-#include "ops/op_support.hpp"
+#include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

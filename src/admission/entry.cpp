@@ -5,7 +5,7 @@
 
 #include "tenferro/detail/entry_op.hpp"
 
-#include "fast_tls.hpp"
+#include "admission/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {

@@ -1,6 +1,6 @@
 #include "tenferro/detail/entry_memory.hpp"
 
-#include "fast_tls.hpp"
+#include "admission/fast_tls.hpp"
 
 #include <array>
 #include <cstdlib>

@@ -24,8 +24,8 @@
 #include <string>
 
 #include "kernels/gemm.hpp"
-#include "ops/op_support.hpp"
-#include "runtime_cache_state.hpp"
+#include "cpu/ops/op_support.hpp"
+#include "cpu/runtime_cache_state.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

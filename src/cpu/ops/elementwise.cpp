@@ -2,7 +2,7 @@
 // unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
 
 #include "kernels/elementwise.hpp"
-#include "ops/op_support.hpp"
+#include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

@@ -2,7 +2,7 @@
 
 #include "tenferro/detail/cpu_engine.hpp"
 
-#include "runtime_cache_state.hpp"
+#include "cpu/runtime_cache_state.hpp"
 
 namespace tenferro::detail {
 

@@ -1,6 +1,6 @@
 #include "tenferro/detail/compute_pool.hpp"
 
-#include "fast_tls.hpp"
+#include "admission/fast_tls.hpp"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,7 +1,7 @@
 #pragma once
 // The inside of cpu_runtime_cache: one LRU list of opaque entries under a
 // byte cap, keyed by byte strings that the contraction code builds from the
-// layouts it plans for (src/ops/contraction.cpp), plus the tensors marked
+// layouts it plans for (src/cpu/ops/contraction.cpp), plus the tensors marked
 // constant. Entries are handed out as shared_ptr, so a session may keep using
 // an entry that a concurrent session evicts.
 

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "fast_tls.hpp"
+#include "admission/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {

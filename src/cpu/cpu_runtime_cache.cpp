@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "runtime_cache_state.hpp"
+#include "cpu/runtime_cache_state.hpp"
 
 namespace tenferro {
 

@@ -7,7 +7,7 @@
 
 #include "kernels/pairwise.hpp"
 #include "kernels/reduce.hpp"
-#include "ops/op_support.hpp"
+#include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
