@@ -23,9 +23,9 @@
 #include <memory>
 #include <string>
 
-#include "kernels/gemm.hpp"
 #include "cpu/ops/op_support.hpp"
 #include "cpu/runtime_cache_state.hpp"
+#include "kernels/gemm.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

@@ -5,9 +5,9 @@
 #include <memory_resource>
 #include <vector>
 
+#include "cpu/ops/op_support.hpp"
 #include "kernels/pairwise.hpp"
 #include "kernels/reduce.hpp"
-#include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

@@ -2,8 +2,8 @@
 
 #include <memory_resource>
 
-#include "kernels/rowwise.hpp"
 #include "cpu/ops/op_support.hpp"
+#include "kernels/rowwise.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {

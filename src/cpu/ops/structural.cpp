@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/structural.hpp"
 #include "cpu/ops/op_support.hpp"
+#include "kernels/structural.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
