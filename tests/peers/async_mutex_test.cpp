@@ -26,8 +26,6 @@
 //   the same task, rejected as `reentered` (S7), not `contended`; an
 //   unrelated coroutine's try gets `contended`.
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -45,6 +43,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer_support.hpp"
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -70,7 +69,7 @@ public:
     /// `stop_after`: stop_when(..., schedule_after(timer, stop_after));
     /// `delayed`: a delay the test never ends comes first (delayedCritSecTask
     /// whose 200 ms outlast the 100 ms stop).
-    void start(cpu_backend& cpu, std::optional<std::chrono::milliseconds> stop_after = std::nullopt,
+    void start(test_host& cpu, std::optional<std::chrono::milliseconds> stop_after = std::nullopt,
                bool delayed = false) {
         peer::spawn(io_, [this, &cpu, stop_after, delayed]() -> asio::awaitable<void> {
             auto task = [this, &cpu, delayed]() -> asio::awaitable<void> {
@@ -79,7 +78,7 @@ public:
                     co_await delay.async_wait(asio::use_awaitable);
                 }
                 entered_ = true;
-                auto body = [this](backend_session&) -> asio::awaitable<void> {
+                auto body = [this](test_session&) -> asio::awaitable<void> {
                     acquired = true;
                     asio::error_code ec;
                     co_await gate_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -131,7 +130,7 @@ TEST_CASE("cppcoro: async_mutex try_lock / libunifex: async_mutex_v2 try_lock_* 
     // try_lock_succeeds_when_unlocked, try_lock_fails_when_locked,
     // try_lock_succeeds_after_unlock, unlock_empty_queue.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe second, third;
     peer::holders hs(io);
     holder& first = hs.make();
@@ -155,7 +154,7 @@ TEST_CASE("cppcoro: async_mutex multiple lockers") {
     // while b holds the lock. Setting the events in turn lets exactly one
     // more locker through each time, in locking order.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::vector<std::string> order;
     peer::holders hs(io);
     holder& a = hs.make("a");
@@ -193,11 +192,11 @@ TEST_CASE("libunifex: async_mutex_v2 async_lock_no_contention") {
     // initiation and (caller placement) the body runs right there, in the
     // coroutine's first step, without ever queueing.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     bool acquired = false, resumed = false;
     std::size_t waiting_inside = 99;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session(on_caller(), [&](backend_session&) {
+        auto r = co_await cpu.with_backend_session(on_caller(), [&](test_session&) {
             acquired = true;
             waiting_inside = cpu.stats().waiting;
         });
@@ -213,12 +212,12 @@ TEST_CASE("libunifex: async_mutex_v2 async_lock_no_contention") {
 
 TEST_CASE("libunifex: async_mutex_v2 try_lock_fails_while_async_locked (differs: from inside it is re-entry)") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::optional<session_result<int>> inside, outside;
     bool release = false, done = false;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto body = [&](backend_session&) -> asio::awaitable<void> {
-            inside = co_await cpu.with_backend_session(try_on_caller(), [](backend_session&) { return 1; });
+        auto body = [&](test_session&) -> asio::awaitable<void> {
+            inside = co_await cpu.with_backend_session(try_on_caller(), [](test_session&) { return 1; });
             while (!release) co_await asio::post(io, asio::use_awaitable);
         };
         auto r = co_await cpu.with_backend_session(on_caller(), std::move(body));
@@ -226,7 +225,7 @@ TEST_CASE("libunifex: async_mutex_v2 try_lock_fails_while_async_locked (differs:
     });
     REQUIRE(peer::step_until(io, [&] { return inside.has_value(); }));
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        outside = co_await cpu.with_backend_session(try_on_caller(), [](backend_session&) { return 2; });
+        outside = co_await cpu.with_backend_session(try_on_caller(), [](test_session&) { return 2; });
     });
     REQUIRE(peer::step_until(io, [&] { return outside.has_value(); }));
     release = true;
@@ -238,10 +237,10 @@ TEST_CASE("libunifex: async_mutex_v2 try_lock_fails_while_async_locked (differs:
 }
 
 TEST_CASE("libunifex: async_mutex_v2 destruction") {
-    { cpu_backend unused({.permits = 1}); }
+    { test_host unused({.permits = 1}); }
     {
         asio::io_context io;
-        cpu_backend cpu({.permits = 1});
+        test_host cpu({.permits = 1});
         probe cycle;
         cycle.enter(cpu, io, try_on_caller());
         REQUIRE(settle(io));
@@ -252,7 +251,7 @@ TEST_CASE("libunifex: async_mutex_v2 destruction") {
 
 TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     crit_sec& second = cs.make();
@@ -273,7 +272,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting") {
 TEST_CASE(
     "libunifex: async_mutex_v2 cancel_running (differs: entry cancellation does not cut an admitted body short)") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     crit_sec& second = cs.make();
@@ -306,12 +305,12 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_running (mapped: a body awaiting its
     // permit returns, and the second task gets the lock without the test
     // releasing anything.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     bool first_acquired = false, first_finished = false, first_cancelled = false, first_done = false;
     crit_secs cs(io);
     crit_sec& second = cs.make();
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto body = [&](backend_session&) -> asio::awaitable<void> {
+        auto body = [&](test_session&) -> asio::awaitable<void> {
             first_acquired = true;
             asio::steady_timer hold(io, 24h), stop(io, 1ms);
             auto v = co_await (hold.async_wait(asio::use_awaitable) || stop.async_wait(asio::use_awaitable));
@@ -335,7 +334,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_running (mapped: a body awaiting its
 
 TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting_middle") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     crit_sec& second = cs.make();
@@ -361,7 +360,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting_middle") {
 TEST_CASE("libunifex: async_mutex_v2 cancel_early") {
     // Stopped during the delay, before it ever asked for the lock.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     first.start(cpu, 1ms, true);
@@ -376,7 +375,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_early") {
 
 TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting_early") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     crit_sec& second = cs.make();
@@ -397,7 +396,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_awaiting_early") {
 TEST_CASE("libunifex: async_mutex_v2 cancel_multiple_waiters") {
     // Two adjacent waiters leave; the holder and the fourth complete.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     crit_secs cs(io);
     crit_sec& first = cs.make();
     crit_sec& second = cs.make();
@@ -426,7 +425,7 @@ TEST_CASE("libunifex: async_mutex_v2 cancel_multiple_waiters") {
 
 TEST_CASE("libunifex: async_mutex_v2 try_lock_then_async_lock_waiter") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe waiter;
     peer::holders hs(io);
     holder& locked = hs.make();
@@ -452,18 +451,18 @@ TEST_CASE("libunifex: async_mutex_v2 dekker_pattern (real threads)") {
     // lock (no lost wake-up).
     const long rounds = std::max(1L, tenferro::test::stress_iterations(2000) / 4);
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::atomic<bool> holder_ready{false};
     long holders_ok = 0, waiters_ok = 0, rounds_done = 0;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
         for (long i = 0; i < rounds; ++i) {
             holder_ready.store(false);
-            cpu.with_backend_session([&](backend_session&) { holder_ready.store(true); },
+            cpu.with_backend_session([&](test_session&) { holder_ready.store(true); },
                                      asio::bind_executor(io, [&](std::exception_ptr e, session_result<void> r) {
                                          holders_ok += !e && r.has_value();
                                      }));
             while (!holder_ready.load()) co_await asio::post(io, asio::use_awaitable);  // holder_ready.async_wait()
-            auto r = co_await cpu.with_backend_session(on_caller(), [](backend_session&) {});
+            auto r = co_await cpu.with_backend_session(on_caller(), [](test_session&) {});
             waiters_ok += r.has_value();
             ++rounds_done;
         }
@@ -481,7 +480,7 @@ TEST_CASE("libunifex: async_mutex_v1 / async_mutex_v2 multiple_threads") {
     // exact; an `inside` counter catches overlap directly. 2 x
     // TENFERRO_STRESS_ITERATIONS entries per thread (default 4000).
     const long iterations = 2 * tenferro::test::stress_iterations(2000);
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     long shared_state = 0;
     std::atomic<int> inside{0};
     std::atomic<long> overlaps{0}, failures{0}, finished{0};
@@ -492,7 +491,7 @@ TEST_CASE("libunifex: async_mutex_v1 / async_mutex_v2 multiple_threads") {
                 for (long i = 0; i < iterations; ++i) {
                     const session_options opts{1, wait_policy::fifo,
                                                (i + id) % 2 == 0 ? placement::compute : placement::caller};
-                    auto r = co_await cpu.with_backend_session(opts, [&](backend_session&) {
+                    auto r = co_await cpu.with_backend_session(opts, [&](test_session&) {
                         if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
                         ++shared_state;
                         inside.fetch_sub(1);

@@ -28,8 +28,6 @@
 //   value (test_repr, test_lock*, test_release_not_acquired,
 //   test_semaphore_value, test_initial_value_zero — not ported).
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <chrono>
 #include <string>
 #include <vector>
@@ -39,6 +37,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer_support.hpp"
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -51,7 +50,7 @@ using log_t = std::vector<std::string>;
 
 TEST_CASE("asyncio: LockTests.test_acquire") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     log_t result;
     peer::holders hs(io);
     holder& main_lock = hs.make("main");
@@ -88,7 +87,7 @@ TEST_CASE("asyncio: LockTests.test_acquire") {
 TEST_CASE("asyncio: LockTests.test_acquire_cancel / SemaphoreTests.test_acquire_cancel") {
     for (std::size_t permits : {1, 3}) {
         asio::io_context io;
-        cpu_backend cpu({.permits = permits});
+        test_host cpu({.permits = permits});
         probe task;
         peer::holders hs(io);
         holder& held = hs.make();
@@ -112,7 +111,7 @@ TEST_CASE("asyncio: LockTests.test_cancel_race") {
     // A holds the lock, B and C wait. In the same step B is cancelled and A
     // releases: the lock must go to C, not be handed to cancelled B and lost.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     log_t order;
     probe b("B"), c("C");
     peer::holders hs(io);
@@ -142,7 +141,7 @@ TEST_CASE("asyncio: LockTests.test_cancel_release_race (bpo-32734)") {
     // it). In one callback t1 is cancelled and the lock released: exactly one
     // task (t2) may take it.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     log_t locked;
     peer::holders hs(io);
     holder& main_lock = hs.make("main");
@@ -180,7 +179,7 @@ TEST_CASE("asyncio: LockTests.test_cancel_release_race, release first (differs: 
     // would pass the lock on to t2; for us t1 is admitted, so its body runs
     // (S13) and t2, t3 keep waiting. Still exactly one task holds the lock.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     log_t locked;
     peer::holders hs(io);
     holder& main_lock = hs.make("main");
@@ -214,7 +213,7 @@ TEST_CASE("asyncio: LockTests.test_finished_waiter_cancelled") {
     // tb waits; tc queues; tb is cancelled and the lock released in the same
     // step: tc must be woken and take the lock.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     peer::holders hs(io);
     holder& main_lock = hs.make();
     main_lock.enter(cpu, io);
@@ -240,12 +239,12 @@ TEST_CASE("asyncio: LockTests.test_finished_waiter_cancelled") {
 TEST_CASE(
     "asyncio: LockTests.test_release_no_waiters / test_context_manager / SemaphoreTests.test_release_no_waiters") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::size_t available_inside = 99;
     bool done = false;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
         auto r = co_await cpu.with_backend_session(on_caller(),
-                                                   [&](backend_session&) { available_inside = cpu.stats().available; });
+                                                   [&](test_session&) { available_inside = cpu.stats().available; });
         CHECK(r.has_value());
         done = true;
     });
@@ -258,7 +257,7 @@ TEST_CASE(
 
 TEST_CASE("asyncio: SemaphoreTests.test_acquire") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 3});
+    test_host cpu({.permits = 3});
     log_t result;
     peer::holders hs(io);
     holder& m1 = hs.make();
@@ -300,7 +299,7 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_cancel_before_awoken (gh-90155)"
     // Semaphore(0) with four waiters; t1 and t2 are cancelled, then one
     // release: exactly t3 wakes, t4 keeps waiting.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     peer::holders hs(io);
     holder& zero = hs.make();
     zero.enter(cpu, io);
@@ -334,7 +333,7 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_cancel_before_awoken (gh-90155)"
 
 TEST_CASE("asyncio: SemaphoreTests.test_acquire_hang (gh-90155)") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     peer::holders hs(io);
     holder& zero = hs.make();
     zero.enter(cpu, io);
@@ -363,11 +362,11 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_no_hang (differs: a granted wait
     // body runs once (S13). The point of the test holds for both: nothing
     // hangs and the semaphore can be acquired afterwards.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe c2("c2"), final_acquire;
     bool c1_done = false;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto body = [&io](backend_session&) -> asio::awaitable<void> {
+        auto body = [&io](test_session&) -> asio::awaitable<void> {
             asio::steady_timer t(io, std::chrono::milliseconds(0));
             co_await t.async_wait(asio::use_awaitable);  // await asyncio.sleep(0)
         };
@@ -391,13 +390,13 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_fifo_order (bpo-45997)") {
     // Semaphore(1); c1, c2, c3 each acquire, sleep, release, then acquire and
     // sleep again: a task that comes back queues behind those already waiting.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     log_t result;
     int done = 0;
     for (const char* tag : {"c1", "c2", "c3"}) {
         peer::spawn(io, [&, tag]() -> asio::awaitable<void> {
             for (const char* round : {"_1", "_2"}) {
-                auto body = [&, tag, round](backend_session&) -> asio::awaitable<void> {
+                auto body = [&, tag, round](test_session&) -> asio::awaitable<void> {
                     result.push_back(std::string(tag) + round);
                     asio::steady_timer t(io, std::chrono::milliseconds(1));
                     co_await t.async_wait(asio::use_awaitable);  // await asyncio.sleep(0.01)
@@ -424,7 +423,7 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_fifo_order_2 (gh-90155; S17: sta
     // before A's second body — even though a permit is free again when A
     // comes back, and A's initiation could run its body inline.
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     log_t result;
     bool a_done = false, b_done = false;
     peer::holders hs(io);
@@ -433,12 +432,12 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_fifo_order_2 (gh-90155; S17: sta
     REQUIRE(settle(io));
     REQUIRE(c1.started());
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto first = co_await cpu.with_backend_session(on_caller(), [&](backend_session&) { result.push_back("2"); });
-        auto second = co_await cpu.with_backend_session(on_caller(), [&](backend_session&) { result.push_back("4"); });
+        auto first = co_await cpu.with_backend_session(on_caller(), [&](test_session&) { result.push_back("2"); });
+        auto second = co_await cpu.with_backend_session(on_caller(), [&](test_session&) { result.push_back("4"); });
         a_done = first.has_value() && second.has_value();
     });
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session(on_caller(), [&](backend_session&) { result.push_back("3"); });
+        auto r = co_await cpu.with_backend_session(on_caller(), [&](test_session&) { result.push_back("3"); });
         b_done = r.has_value();
     });
     REQUIRE(settle(io));
@@ -454,7 +453,7 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_fifo_order_2 (gh-90155; S17: sta
 TEST_CASE("asyncio: SemaphoreTests.test_acquire_fifo_order_3 (gh-90155)") {
     // Semaphore(0); t1, t2, t3 wait; t1 is cancelled; two releases: [2, 3].
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     log_t result;
     probe t1("1"), t2("2"), t3("3");
     peer::holders hs(io);

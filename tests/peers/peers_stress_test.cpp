@@ -18,8 +18,6 @@
 // semaphore of 0 is a held body (on a gate) finishing. Not ported:
 // concurrent_permit_updates (add_permits / forget_permits do not exist).
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -43,6 +41,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer_support.hpp"
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -80,14 +79,14 @@ TEST_CASE("tokio loom: loom_semaphore_batch::basic_usage") {
     // NUM permits, NUM + 1 actors: never more than NUM inside at once.
     constexpr int num = 2;
     const long rounds = iterations();
-    cpu_backend cpu({.permits = num});
+    test_host cpu({.permits = num});
     std::atomic<int> active{0};
     std::atomic<long> over{0}, ok{0}, bad{0};
     const int drained = on_threads(num + 1, [&](int t, asio::io_context& io) {
         peer::spawn(io, [&, t]() -> asio::awaitable<void> {
             for (long i = 0; i < rounds; ++i) {
                 const placement where = (i + t) % 2 ? placement::caller : placement::compute;
-                auto r = co_await cpu.with_backend_session(opts(1, where), [&](backend_session&) {
+                auto r = co_await cpu.with_backend_session(opts(1, where), [&](test_session&) {
                     if (active.fetch_add(1) > num - 1) over.fetch_add(1);
                     if (active.fetch_sub(1) > num) over.fetch_add(1);
                 });
@@ -104,14 +103,14 @@ TEST_CASE("tokio loom: loom_semaphore_batch::basic_usage") {
 
 TEST_CASE("tokio loom: loom_semaphore_batch::release") {
     const long rounds = iterations();
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::atomic<int> active{0};
     std::atomic<long> over{0}, ok{0};
     const int drained = on_threads(2, [&](int t, asio::io_context& io) {
         peer::spawn(io, [&, t]() -> asio::awaitable<void> {
             for (long i = 0; i < rounds; ++i) {
                 const placement where = t == 0 ? placement::caller : placement::compute;
-                auto r = co_await cpu.with_backend_session(opts(1, where), [&](backend_session&) {
+                auto r = co_await cpu.with_backend_session(opts(1, where), [&](test_session&) {
                     if (active.fetch_add(1) != 0) over.fetch_add(1);
                     active.fetch_sub(1);
                 });
@@ -133,7 +132,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::basic_closing") {
     std::atomic<long> ran{0}, closed{0}, other{0}, runs_after_close{0};
     long leaked = 0;
     for (long round = 0; round < rounds; ++round) {
-        cpu_backend cpu({.permits = 1});
+        test_host cpu({.permits = 1});
         std::atomic<bool> shut{false};
         std::thread closer;
         const int drained = on_threads(2, [&](int t, asio::io_context& io) {
@@ -145,7 +144,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::basic_closing") {
             peer::spawn(io, [&, t]() -> asio::awaitable<void> {
                 for (int i = 0; i < 2; ++i) {
                     const placement where = (round + t + i) % 2 ? placement::caller : placement::compute;
-                    auto r = co_await cpu.with_backend_session(opts(1, where), [](backend_session&) {});
+                    auto r = co_await cpu.with_backend_session(opts(1, where), [](test_session&) {});
                     if (r) {
                         ran.fetch_add(1);
                         continue;
@@ -158,7 +157,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::basic_closing") {
         closer.join();
         if (drained != 2) ++leaked;
         // After shutdown returned, nothing more is admitted.
-        auto late = cpu.with_backend_session([](backend_session&) {}, asio::use_future);
+        auto late = cpu.with_backend_session([](test_session&) {}, asio::use_future);
         if (late.wait_for(std::chrono::seconds(20)) != std::future_status::ready ||
             late.get().error() != session_entry_errc::executor)
             runs_after_close.fetch_add(1);
@@ -177,12 +176,12 @@ TEST_CASE("tokio loom: loom_semaphore_batch::concurrent_close") {
     long no_success = 0, leaked = 0;
     std::atomic<long> other{0};
     for (long round = 0; round < rounds; ++round) {
-        cpu_backend cpu({.permits = 1});
+        test_host cpu({.permits = 1});
         std::atomic<int> successes{0};
         const int drained = on_threads(3, [&](int t, asio::io_context& io) {
             peer::spawn(io, [&, t]() -> asio::awaitable<void> {
                 const placement where = (round + t) % 2 ? placement::caller : placement::compute;
-                auto r = co_await cpu.with_backend_session(opts(1, where), [](backend_session&) {});
+                auto r = co_await cpu.with_backend_session(opts(1, where), [](test_session&) {});
                 if (!r) {
                     if (r.error() != session_entry_errc::executor) other.fetch_add(1);
                     co_return;
@@ -210,9 +209,9 @@ TEST_CASE("tokio loom: loom_semaphore_batch::concurrent_cancel") {
     std::atomic<long> not_once{0}, ran_but_cancelled{0}, other{0}, cancelled{0}, admitted{0};
     long leaked = 0;
     for (long round = 0; round < rounds; ++round) {
-        cpu_backend cpu({.permits = 1});
+        test_host cpu({.permits = 1});
         tenferro::test::gate g;
-        auto held = cpu.with_backend_session([&](backend_session&) { g.wait(); }, asio::use_future);
+        auto held = cpu.with_backend_session([&](test_session&) { g.wait(); }, asio::use_future);
         g.wait_for_waiters(1);
         struct record {
             std::atomic<int> completions{0}, runs{0};
@@ -227,7 +226,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::concurrent_cancel") {
                         record& rec = records[2 * t + k];
                         const placement where = (round + k) % 2 ? placement::caller : placement::compute;
                         cpu.with_backend_session(
-                            opts(1, where), [&rec](backend_session&) { rec.runs.fetch_add(1); },
+                            opts(1, where), [&rec](test_session&) { rec.runs.fetch_add(1); },
                             asio::bind_cancellation_slot(
                                 signals[k].slot(),
                                 asio::bind_executor(io, [&rec](std::exception_ptr, session_result<void> r) {
@@ -272,7 +271,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::batch") {
     // 10 permits; two threads each take 4, 10 and 8 in turn: never more than
     // 10 held at once, all 10 back at the end.
     const long rounds = std::max(100L, iterations() / 2);
-    cpu_backend cpu({.permits = 10});
+    test_host cpu({.permits = 10});
     std::atomic<int> active{0};
     std::atomic<long> over{0}, ok{0}, parallelism_wrong{0};
     const int drained = on_threads(2, [&](int t, asio::io_context& io) {
@@ -280,7 +279,7 @@ TEST_CASE("tokio loom: loom_semaphore_batch::batch") {
             for (long i = 0; i < rounds; ++i) {
                 for (int n : {4, 10, 8}) {
                     const placement where = (i + t) % 3 == 0 ? placement::caller : placement::compute;
-                    auto r = co_await cpu.with_backend_session(opts(n, where), [&, n](backend_session& s) {
+                    auto r = co_await cpu.with_backend_session(opts(n, where), [&, n](test_session& s) {
                         if (s.parallelism() != static_cast<std::size_t>(n)) parallelism_wrong.fetch_add(1);
                         active.fetch_add(n);
                         if (active.load() > 10) over.fetch_add(1);
@@ -303,17 +302,17 @@ TEST_CASE("tokio loom: loom_semaphore_batch::batch") {
 TEST_CASE("tokio loom: loom_semaphore_batch::release_during_acquire") {
     // 8 of 10 permits held; a thread asks for 4 while the 8 are released.
     const long rounds = std::max(50L, iterations() / 10);
-    cpu_backend cpu({.permits = 10});
+    test_host cpu({.permits = 10});
     long failed = 0, not_back = 0;
     for (long round = 0; round < rounds; ++round) {
         tenferro::test::gate g;
         auto eight = cpu.with_backend_session(
-            opts(8, placement::compute), [&](backend_session&) { g.wait(); }, asio::use_future);
+            opts(8, placement::compute), [&](test_session&) { g.wait(); }, asio::use_future);
         g.wait_for_waiters(1);
         std::atomic<int> outcome{0};
         std::thread th([&] {
             auto four = cpu.with_backend_session(
-                opts(4, placement::compute), [](backend_session& s) { return s.parallelism(); }, asio::use_future);
+                opts(4, placement::compute), [](test_session& s) { return s.parallelism(); }, asio::use_future);
             if (four.wait_for(std::chrono::seconds(20)) != std::future_status::ready) return;
             auto r = four.get();
             outcome = r && *r == 4 ? 1 : 2;
@@ -348,7 +347,7 @@ TEST_CASE("tokio loom: batch semaphore chaos (threads, weights, throws, cancella
     // 3 permits are held, and the counters balance (S1, S2, S3, S13, S14).
     constexpr int threads = 4, clients = 8;
     const long per_client = std::max(20L, iterations() / (threads * clients) * 4);
-    cpu_backend cpu({.permits = 3, .max_waiters = 24});
+    test_host cpu({.permits = 3, .max_waiters = 24});
     std::vector<chaos_record> records(static_cast<std::size_t>(threads * clients * per_client));
     std::atomic<int> held{0};
     std::atomic<long> over{0}, clients_done{0};
@@ -366,7 +365,7 @@ TEST_CASE("tokio loom: batch semaphore chaos (threads, weights, throws, cancella
                     const bool throws = (roll >> 7) % 11 == 0;
                     const bool timeout = (roll >> 9) % 4 == 0;
                     const auto timeout_us = std::chrono::microseconds((roll >> 11) % 300);
-                    auto sync_body = [&rec, &held, &over, k, throws](backend_session&) {
+                    auto sync_body = [&rec, &held, &over, k, throws](test_session&) {
                         rec.runs.fetch_add(1);
                         if (held.fetch_add(static_cast<int>(k)) + static_cast<int>(k) > 3) over.fetch_add(1);
                         std::this_thread::yield();
@@ -374,7 +373,7 @@ TEST_CASE("tokio loom: batch semaphore chaos (threads, weights, throws, cancella
                         if (throws) throw chaos_error("chaos");
                         return static_cast<int>(k);
                     };
-                    auto async_fn = [&rec, &held, &over, k, throws](backend_session&) -> asio::awaitable<int> {
+                    auto async_fn = [&rec, &held, &over, k, throws](test_session&) -> asio::awaitable<int> {
                         rec.runs.fetch_add(1);
                         if (held.fetch_add(static_cast<int>(k)) + static_cast<int>(k) > 3) over.fetch_add(1);
                         asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::microseconds(30));

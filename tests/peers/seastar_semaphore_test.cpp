@@ -35,8 +35,6 @@
 //   backend's name in session_entry_error::backend() and message()
 //   (test_named_semaphore_error, mapped below).
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -54,6 +52,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer_support.hpp"
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -89,10 +88,10 @@ struct timed_wait {
     std::optional<session_result<int>> result;  // set when the entry won
     bool timed_out = false;
 
-    void enter(cpu_backend& cpu, asio::io_context& io, std::chrono::milliseconds timeout, int add, int& x) {
+    void enter(test_host& cpu, asio::io_context& io, std::chrono::milliseconds timeout, int add, int& x) {
         peer::spawn(io, [this, &cpu, &io, timeout, add, &x]() -> asio::awaitable<void> {
             asio::steady_timer timer(io, timeout);
-            auto body = [this, add, &x](backend_session&) {
+            auto body = [this, add, &x](test_session&) {
                 ++runs;
                 x += add;
                 return add;
@@ -116,7 +115,7 @@ TEST_CASE("seastar: test_semaphore_consume (adapted: no consume(); a zero-permit
     // permit; a zero-permit entry is not a trivially satisfied request but
     // an incompatible one (S10); wait(1) queues until the holder finishes.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe zero, waiter;
     peer::holders hs(io);
     holder& consumed = hs.make();
@@ -141,7 +140,7 @@ TEST_CASE("seastar: test_semaphore_consume (adapted: no consume(); a zero-permit
 
 TEST_CASE("seastar: test_semaphore_1") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe w;
     peer::holders hs(io);
     holder& zero = hs.make();  // semaphore(0)
@@ -177,10 +176,10 @@ TEST_CASE("seastar: test_semaphore_2 (the semaphore destroyed with a waiter)") {
     std::size_t waiting_before = 0;
     std::optional<std::future<session_result<void>>> holding;
     {
-        auto cpu = std::make_unique<cpu_backend>(cpu_backend_options{.permits = 1});
-        holding = cpu->with_backend_session([&](backend_session&) { held.wait(); }, asio::use_future);
+        auto cpu = std::make_unique<test_host>(test_host_options{.permits = 1});
+        holding = cpu->with_backend_session([&](test_session&) { held.wait(); }, asio::use_future);
         held.wait_for_waiters(1);
-        cpu->with_backend_session([&](backend_session&) { ++waiter_runs; },
+        cpu->with_backend_session([&](test_session&) { ++waiter_runs; },
                                   [&](std::exception_ptr, session_result<void> r) {
                                       waiter_errc = r ? -1 : static_cast<int>(r.error().code());
                                       held.open();
@@ -203,7 +202,7 @@ TEST_CASE("seastar: test_semaphore_timeout_1") {
     // (The timeout here is 20 s, so that a slow machine cannot turn the
     // expected success into a timeout.)
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     int x = 0;
     timed_wait w;
     peer::holders hs(io);
@@ -225,7 +224,7 @@ TEST_CASE("seastar: test_semaphore_timeout_2") {
     // wait(3ms) times out before the signal: the continuation never runs, and
     // the later signal is not consumed by the timed-out waiter.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     int x = 0;
     timed_wait w;
     probe after;
@@ -252,7 +251,7 @@ TEST_CASE("seastar: test_semaphore_mix_1") {
     // A timed waiter (times out) ahead of an untimed one: the signal goes to
     // the untimed waiter; x == 10.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     int x = 0;
     timed_wait w1;
     peer::holders hs(io);
@@ -263,7 +262,7 @@ TEST_CASE("seastar: test_semaphore_mix_1") {
     REQUIRE(settle(io));
     std::optional<session_result<int>> r2;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto body = [&x](backend_session&) {
+        auto body = [&x](test_session&) {
             x += 10;
             return 10;
         };
@@ -294,7 +293,7 @@ TEST_CASE("seastar: test_broken_semaphore (S18: poisoning is immediate) [S18]") 
     asio::io_context io;
     auto observer = std::make_shared<throwing_observer>();
     observer->throw_on_admission = 2;
-    cpu_backend cpu({.permits = 2, .observer = observer});
+    test_host cpu({.permits = 2, .observer = observer});
     std::vector<std::string> started;
     probe a("a"), b("b"), later("later");
     peer::holders hs(io);
@@ -326,7 +325,7 @@ TEST_CASE("seastar: test_broken_semaphore (S18: poisoning is immediate) [S18]") 
 
 TEST_CASE("seastar: test_default_broken_semaphore (broken() is shutdown())") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe fut, later;
     peer::holders hs(io);
     holder& zero = hs.make();
@@ -355,7 +354,7 @@ TEST_CASE(
     asio::io_context io;
     auto observer = std::make_shared<throwing_observer>();
     observer->throw_on_release = true;
-    cpu_backend cpu({.permits = 1, .observer = observer});
+    test_host cpu({.permits = 1, .observer = observer});
     probe fut, later;
     peer::holders hs(io);
     holder& zero = hs.make();
@@ -373,8 +372,8 @@ TEST_CASE(
         REQUIRE_FALSE(p->succeeded());
         const session_entry_error& e = p->result()->error();
         CHECK(e == session_entry_errc::resource_poisoned);
-        CHECK(e.backend() == "cpu");
-        CHECK(e.message().rfind("cpu: ", 0) == 0);
+        CHECK(e.backend() == test_host_name);
+        CHECK(e.message().rfind(std::string(test_host_name) + ": ", 0) == 0);
         CHECK(std::string(e.detail()).find("admission_observer") != std::string::npos);
         CHECK(p->runs() == 0);
     }
@@ -385,14 +384,14 @@ TEST_CASE("seastar: test_with_semaphore") {
     // with_semaphore runs f under the units and returns them whether f
     // returns or throws; f's exception reaches the caller as itself.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     int counter = 0;
     bool caught = false, done = false;
     peer::spawn(io, [&]() -> asio::awaitable<void> {
-        auto first = co_await cpu.with_backend_session(on_caller(), [&](backend_session&) { ++counter; });
+        auto first = co_await cpu.with_backend_session(on_caller(), [&](test_session&) { ++counter; });
         CHECK(first.has_value());
         try {
-            co_await cpu.with_backend_session(on_caller(), [&](backend_session&) {
+            co_await cpu.with_backend_session(on_caller(), [&](test_session&) {
                 ++counter;
                 throw 123;
             });
@@ -415,14 +414,14 @@ namespace {
 /// the caller's io_context and records what it saw.
 struct rw_host {
     asio::io_context& io;
-    cpu_backend& cpu;
+    test_host& cpu;
     std::chrono::microseconds hold;
     int counter = 0;
     int exclusive_saw_others = 0, exclusive_runs = 0, shared_runs = 0, shared_parallel = 0, done = 0;
 
     void with_lock() {
         peer::spawn(io, [this]() -> asio::awaitable<void> {
-            auto body = [this](backend_session&) -> asio::awaitable<void> {
+            auto body = [this](test_session&) -> asio::awaitable<void> {
                 exclusive_saw_others += counter != 0;
                 ++counter;
                 asio::steady_timer t(io, hold);
@@ -438,7 +437,7 @@ struct rw_host {
     }
     void with_shared() {
         peer::spawn(io, [this]() -> asio::awaitable<void> {
-            auto body = [this](backend_session&) -> asio::awaitable<void> {
+            auto body = [this](test_session&) -> asio::awaitable<void> {
                 ++counter;
                 asio::steady_timer t(io, hold);
                 co_await t.async_wait(asio::use_awaitable);
@@ -456,7 +455,7 @@ struct rw_host {
 
 TEST_CASE("seastar: test_shared_mutex_exclusive") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 4});
+    test_host cpu({.permits = 4});
     rw_host m{io, cpu, std::chrono::microseconds(500)};
     for (int i = 0; i < 10; ++i) m.with_lock();
     REQUIRE(tenferro::test::run_until(io, [&] { return m.done == 10; }));
@@ -468,7 +467,7 @@ TEST_CASE("seastar: test_shared_mutex_exclusive") {
 
 TEST_CASE("seastar: test_shared_mutex_shared") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 4});
+    test_host cpu({.permits = 4});
     rw_host m{io, cpu, std::chrono::microseconds(500)};
     for (int i = 0; i < 100; ++i) m.with_shared();
     REQUIRE(tenferro::test::run_until(io, [&] { return m.done == 100; }));
@@ -480,7 +479,7 @@ TEST_CASE("seastar: test_shared_mutex_shared") {
 
 TEST_CASE("seastar: test_shared_mutex_mixed") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 4});
+    test_host cpu({.permits = 4});
     rw_host m{io, cpu, std::chrono::microseconds(300)};
     for (int i = 0; i < 100; ++i) i % 9 == 0 ? m.with_lock() : m.with_shared();
     REQUIRE(tenferro::test::run_until(io, [&] { return m.done == 100; }));
@@ -494,7 +493,7 @@ TEST_CASE("seastar: test_shared_mutex_mixed") {
 
 TEST_CASE("seastar: test_semaphore_try_get_units") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe second;
     peer::holders hs(io);
     holder& opt_units = hs.make();
@@ -520,7 +519,7 @@ TEST_CASE("seastar: test_semaphore_try_get_units") {
 TEST_CASE("seastar: test_semaphore_units_abort") {
     // All 3 units held; a waiter for 1 is aborted a millisecond later.
     asio::io_context io;
-    cpu_backend cpu({.permits = 3});
+    test_host cpu({.permits = 3});
     probe f;
     peer::holders hs(io);
     holder& units = hs.make();
@@ -544,7 +543,7 @@ TEST_CASE("seastar: test_semaphore_abort_after_wait / test_semaphore_abort_with_
     // and the signal is not lost to it. (Seastar's _with_exception variant
     // delivers the caller's exception; ours is always `cancelled`.)
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe fut1;
     peer::holders hs(io);
     holder& zero = hs.make();
@@ -567,7 +566,7 @@ TEST_CASE("seastar: test_semaphore_abort_before_wait (differs: Asio cancellation
     // entry waits as usual and runs once the permit is free. A caller wanting
     // Seastar's behaviour checks its own flag before initiating.
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe fut1;
     peer::holders hs(io);
     holder& zero = hs.make();

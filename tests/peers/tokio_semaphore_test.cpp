@@ -35,8 +35,6 @@
 // * release_permits_at_drop exercises a Rust waker that owns a permit; there
 //   is no waker object to drop in Asio, not ported.
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <future>
@@ -47,6 +45,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer_support.hpp"
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -60,7 +59,7 @@ TEST_CASE("tokio: sync_semaphore::no_permits (adapted: permits = 0 means hardwar
     // tokio: Semaphore::new(0) must not panic. Ours must not throw either, but
     // 0 asks for one permit per hardware thread, and a 0-permit *entry* is
     // rejected (S10), never left waiting forever.
-    cpu_backend cpu({.permits = 0});
+    test_host cpu({.permits = 0});
     const unsigned hw = std::thread::hardware_concurrency();
     CHECK(cpu.permits() == std::max(1u, hw));
     asio::io_context io;
@@ -74,7 +73,7 @@ TEST_CASE("tokio: sync_semaphore::no_permits (adapted: permits = 0 means hardwar
 
 TEST_CASE("tokio: sync_semaphore::try_acquire / sync_semaphore_owned::try_acquire") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe p2, p3;
     peer::holders hs(io);
     holder& p1 = hs.make("p1");
@@ -96,7 +95,7 @@ TEST_CASE("tokio: sync_semaphore::try_acquire / sync_semaphore_owned::try_acquir
 
 TEST_CASE("tokio: sync_semaphore::acquire / sync_semaphore_owned::acquire") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     probe j;
     peer::holders hs(io);
     holder& p1 = hs.make("p1");
@@ -116,7 +115,7 @@ TEST_CASE("tokio: sync_semaphore::acquire / sync_semaphore_owned::acquire") {
 
 TEST_CASE("tokio: sync_semaphore_owned::try_acquire_many") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 42});
+    test_host cpu({.permits = 42});
     probe p2, p5;
     peer::holders hs(io);
     holder& p1 = hs.make("p1");
@@ -152,7 +151,7 @@ TEST_CASE("tokio: sync_semaphore_owned::acquire_many") {
     // asks for the 32 from outside its first body: from inside, the entry
     // would be re-entry, S7.)
     asio::io_context io;
-    cpu_backend cpu({.permits = 42});
+    test_host cpu({.permits = 42});
     peer::holders hs(io);
     holder& permit32 = hs.make("permit32");
     holder& permit10 = hs.make("permit10");
@@ -183,12 +182,12 @@ TEST_CASE("tokio: sync_semaphore::stress_test / sync_semaphore_owned::stress_tes
     // 1000 tasks through 5 permits (compute placement: real workers), then
     // exactly 5 permits can be held at once and a sixth try fails.
     asio::io_context io;
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     std::atomic<int> active{0}, max_active{0};
     int done = 0, ok = 0;
     for (int i = 0; i < 1000; ++i)
         peer::spawn(io, [&]() -> asio::awaitable<void> {
-            auto body = [&](backend_session&) {
+            auto body = [&](test_session&) {
                 const int now = active.fetch_add(1) + 1;
                 int seen = max_active.load();
                 while (now > seen && !max_active.compare_exchange_weak(seen, now)) {
@@ -221,16 +220,15 @@ TEST_CASE("tokio: sync_semaphore::stress_test / sync_semaphore_owned::stress_tes
 }
 
 TEST_CASE("tokio: sync_semaphore::blocking_acquire / blocking_acquire_many (use_future from a plain thread)") {
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     std::size_t inside_one = 99, inside_three = 99;
-    auto one =
-        cpu.with_backend_session([&](backend_session&) { inside_one = cpu.stats().available; }, asio::use_future);
+    auto one = cpu.with_backend_session([&](test_session&) { inside_one = cpu.stats().available; }, asio::use_future);
     REQUIRE(one.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
     CHECK(one.get().has_value());
     CHECK(inside_one == 4);
     CHECK(cpu.stats().available == 5);  // drop(permit)
     auto three = cpu.with_backend_session(
-        {3, wait_policy::fifo, placement::compute}, [&](backend_session&) { inside_three = cpu.stats().available; },
+        {3, wait_policy::fifo, placement::compute}, [&](test_session&) { inside_three = cpu.stats().available; },
         asio::use_future);
     REQUIRE(three.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
     CHECK(three.get().has_value());
@@ -242,13 +240,13 @@ TEST_CASE("tokio: sync_semaphore::blocking_acquire_waits_for_permit") {
     // The permit is held by a body blocked on a gate (tokio: a semaphore of 0);
     // a plain thread blocks on its entry until the test lets the permit go
     // (tokio: add_permits(1)).
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     tenferro::test::gate held;
-    auto holding = cpu.with_backend_session([&](backend_session&) { held.wait(); }, asio::use_future);
+    auto holding = cpu.with_backend_session([&](test_session&) { held.wait(); }, asio::use_future);
     REQUIRE(held.wait_for_waiters(1));
     std::atomic<int> outcome{0};  // 1 ok, 2 error, 3 timed out
     std::thread waiter([&] {
-        auto f = cpu.with_backend_session([](backend_session&) { return 7; }, asio::use_future);
+        auto f = cpu.with_backend_session([](test_session&) { return 7; }, asio::use_future);
         if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
             outcome = 3;
             return;
@@ -268,12 +266,12 @@ TEST_CASE("tokio: sync_semaphore::blocking_acquire_waits_for_permit") {
 }
 
 TEST_CASE("tokio: sync_semaphore::blocking_acquire_closed (close() is shutdown())") {
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     cpu.shutdown();
     std::atomic<int> ran{0};
-    auto single = cpu.with_backend_session([&](backend_session&) { ++ran; }, asio::use_future);
+    auto single = cpu.with_backend_session([&](test_session&) { ++ran; }, asio::use_future);
     auto many = cpu.with_backend_session(
-        {2, wait_policy::fifo, placement::compute}, [&](backend_session&) { ++ran; }, asio::use_future);
+        {2, wait_policy::fifo, placement::compute}, [&](test_session&) { ++ran; }, asio::use_future);
     REQUIRE(single.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
     REQUIRE(many.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
     CHECK(single.get().error() == session_entry_errc::executor);
@@ -284,7 +282,7 @@ TEST_CASE("tokio: sync_semaphore::blocking_acquire_closed (close() is shutdown()
 
 TEST_CASE("tokio: semaphore_batch::poll_acquire_one_available / poll_acquire_many_available") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 100});
+    test_host cpu({.permits = 100});
     peer::holders hs(io);
     CHECK(cpu.stats().available == 100);
     holder& one = hs.make();
@@ -310,7 +308,7 @@ TEST_CASE("tokio: semaphore_batch::poll_acquire_one_available / poll_acquire_man
 
 TEST_CASE("tokio: semaphore_batch::try_acquire_one_available / try_acquire_many_available") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 100});
+    test_host cpu({.permits = 100});
     peer::holders hs(io);
     const std::size_t sizes[] = {1, 1, 5, 5};
     std::size_t expect = 100;
@@ -330,7 +328,7 @@ TEST_CASE("tokio: semaphore_batch::try_acquire_one_available / try_acquire_many_
 
 TEST_CASE("tokio: semaphore_batch::poll_acquire_one_unavailable / poll_acquire_one_zero_permits") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     peer::holders hs(io);
     holder& first = hs.make();
     first.enter(cpu, io);
@@ -354,7 +352,7 @@ TEST_CASE("tokio: semaphore_batch::poll_acquire_one_unavailable / poll_acquire_o
 
 TEST_CASE("tokio: semaphore_batch::poll_acquire_many_unavailable (adapted: no partial assignment)") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     probe barger;
     peer::holders hs(io);
     holder& one = hs.make("one");
@@ -394,7 +392,7 @@ TEST_CASE("tokio: semaphore_batch::poll_acquire_many_unavailable (adapted: no pa
 
 TEST_CASE("tokio: semaphore_batch::try_acquire_one_unavailable / try_acquire_many_unavailable") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     probe five_fails, one_fails;
     peer::holders hs(io);
     holder& one = hs.make();
@@ -423,7 +421,7 @@ TEST_CASE("tokio: semaphore_batch::try_acquire_one_unavailable / try_acquire_man
 
 TEST_CASE("tokio: semaphore_batch::close_semaphore_prevents_acquire (close() is shutdown())") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     cpu.shutdown();
     CHECK(cpu.stats().available == 5);
     probe a, b;
@@ -440,7 +438,7 @@ TEST_CASE("tokio: semaphore_batch::close_semaphore_prevents_acquire (close() is 
 
 TEST_CASE("tokio: semaphore_batch::close_semaphore_notifies_permit1") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     peer::holders hs(io);
     holder& held = hs.make();  // tokio: Semaphore::new(0)
     held.enter(cpu, io);
@@ -462,7 +460,7 @@ TEST_CASE("tokio: semaphore_batch::close_semaphore_notifies_permit1") {
 
 TEST_CASE("tokio: semaphore_batch::close_semaphore_notifies_permit2") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     probe later;
     peer::holders hs(io);
     holder& h1 = hs.make();
@@ -496,7 +494,7 @@ TEST_CASE("tokio: semaphore_batch::close_semaphore_notifies_permit2") {
 
 TEST_CASE("tokio: semaphore_batch::cancel_acquire_releases_permits") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 10});
+    test_host cpu({.permits = 10});
     probe barger, eight;
     peer::holders hs(io);
     holder& four = hs.make();
@@ -531,7 +529,7 @@ TEST_CASE("tokio: semaphore_batch::update_permits_many_times (adapted: more perm
     // admitted: it is rejected at once with incompatible_context (S10) and
     // does not block the queue.
     asio::io_context io;
-    cpu_backend cpu({.permits = 5});
+    test_host cpu({.permits = 5});
     probe seven, after;
     seven.enter(cpu, io, on_caller(7));
     after.enter(cpu, io, on_caller(5));

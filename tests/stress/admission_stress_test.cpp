@@ -6,8 +6,6 @@
 //
 // Iterations (total entries): TENFERRO_STRESS_ITERATIONS, default 20000.
 
-#include <tenferro/cpu_backend.hpp>
-
 #include <atomic>
 #include <memory>
 #include <random>
@@ -23,6 +21,7 @@
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -56,7 +55,7 @@ TEST_CASE("admission stress: exactly-once completion and balanced accounting und
     std::atomic<long> clients_done{0};
 
     asio::io_context io(io_threads);
-    cpu_backend cpu({.permits = 3, .max_waiters = 40});
+    test_host cpu({.permits = 3, .max_waiters = 40});
 
     for (int c = 0; c < clients; ++c) {
         auto strand = asio::make_strand(io);
@@ -76,14 +75,14 @@ TEST_CASE("admission stress: exactly-once completion and balanced accounting und
                     const bool with_timeout = kind % 4 == 0;
                     const int spin = static_cast<int>(rng() % 200);
 
-                    auto sync_body = [&rec, throws, spin](backend_session& s) -> long {
+                    auto sync_body = [&rec, throws, spin](test_session& s) -> long {
                         rec.body_runs.fetch_add(1);
                         volatile long x = 0;
                         for (int k = 0; k < spin; ++k) x = x + k;
                         if (throws) throw body_error("chaos");
                         return static_cast<long>(s.parallelism());
                     };
-                    auto async_fn = [&rec, throws](backend_session& s) -> asio::awaitable<long> {
+                    auto async_fn = [&rec, throws](test_session& s) -> asio::awaitable<long> {
                         rec.body_runs.fetch_add(1);
                         asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::microseconds(50));
                         co_await t.async_wait(asio::use_awaitable);
@@ -187,5 +186,7 @@ TEST_CASE("admission stress: exactly-once completion and balanced accounting und
     long runs = 0;
     for (auto& r : records) runs += r.body_runs.load();
     CHECK(static_cast<long>(st.admitted) == runs);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, runs);  // every body in a session of its own
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
     CHECK(static_cast<long>(st.admitted + st.rejected + st.cancelled) == static_cast<long>(records.size()));
 }

@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for the peer test ports (tests/peers/): the scenarios of other
-// libraries' semaphore and async-mutex suites, mapped onto cpu_backend.
+// libraries' semaphore and async-mutex suites, mapped onto cpu_backend (and,
+// built with TENFERRO_TEST_GENERIC_HOST, onto session_host<device_backend>:
+// test_host.hpp).
 //
 // The mapping: a permit holder is an entry whose body holds its permits. A
 // `holder` is an async body, placed on the caller's io_context, that holds its
@@ -26,8 +28,8 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
-#include <tenferro/cpu_backend.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 namespace tenferro::peer {
@@ -79,11 +81,11 @@ public:
 
     /// Initiates the entry (on a fresh coroutine of `io`); it starts when the
     /// test next runs `io`. `log`, when given, receives the body's name.
-    void enter(cpu_backend& cpu, asio::io_context& io, session_options opts = on_caller(),
+    void enter(test_host& cpu, asio::io_context& io, session_options opts = on_caller(),
                std::vector<std::string>* log = nullptr) {
         spawn(io, [this, &cpu, opts, log]() -> asio::awaitable<void> {
             initiated_ = true;
-            auto body = [this, log](backend_session& s) -> asio::awaitable<int> {
+            auto body = [this, log](test_session& s) -> asio::awaitable<int> {
                 started_ = true;
                 parallelism_ = s.parallelism();
                 if (log) log->push_back(name_);
@@ -134,10 +136,10 @@ public:
     probe& operator=(const probe&) = delete;
 
     /// Initiates the entry on a fresh coroutine of `io` (at the next poll).
-    void enter(cpu_backend& cpu, asio::io_context& io, session_options opts = on_caller(),
+    void enter(test_host& cpu, asio::io_context& io, session_options opts = on_caller(),
                std::vector<std::string>* log = nullptr) {
         spawn(io, [this, &cpu, opts, log]() -> asio::awaitable<void> {
-            auto body = [this, log](backend_session&) {
+            auto body = [this, log](test_session&) {
                 ++runs_;
                 if (log) log->push_back(name_);
                 return value_;
@@ -188,10 +190,12 @@ private:
     std::deque<holder> all_;
 };
 
-/// S14 at quiescence: every permit back, every admitted entry completed.
-inline bool quiescent(const cpu_backend& cpu) {
+/// S14 at quiescence: every permit back, every admitted entry completed (and,
+/// on the generic host, every session its backend opened destroyed).
+inline bool quiescent(const test_host& cpu) {
     const admission_stats st = cpu.stats();
-    return st.available == st.permits && st.waiting == 0 && st.admitted == st.completed;
+    return st.available == st.permits && st.waiting == 0 && st.admitted == st.completed &&
+           test::all_sessions_closed(cpu);  // (always true for cpu_backend)
 }
 
 }  // namespace tenferro::peer

@@ -16,6 +16,7 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -33,24 +34,25 @@ void spawn(asio::io_context& io, F f) {
 }  // namespace
 
 TEST_CASE("use_future: the value, an admission error, and the body's exception") {
-    cpu_backend cpu({.permits = 1});
-    std::future<session_result<int>> ok =
-        cpu.with_backend_session([](backend_session&) { return 5; }, asio::use_future);
+    test_host cpu({.permits = 1});
+    std::future<session_result<int>> ok = cpu.with_backend_session([](test_session&) { return 5; }, asio::use_future);
     CHECK(ok.get().value() == 5);
     auto rejected = cpu.with_backend_session(
-        {2, wait_policy::fifo, placement::compute}, [](backend_session&) { return 5; }, asio::use_future);
+        {2, wait_policy::fifo, placement::compute}, [](test_session&) { return 5; }, asio::use_future);
     CHECK(rejected.get().error() == session_entry_errc::incompatible_context);
     auto thrown =
-        cpu.with_backend_session([](backend_session&) -> int { throw std::domain_error("f"); }, asio::use_future);
+        cpu.with_backend_session([](test_session&) -> int { throw std::domain_error("f"); }, asio::use_future);
     CHECK_THROWS_AS(thrown.get(), std::domain_error);
-    std::future<session_result<void>> v = cpu.with_backend_session([](backend_session&) {}, asio::use_future);
+    std::future<session_result<void>> v = cpu.with_backend_session([](test_session&) {}, asio::use_future);
     CHECK(v.get().has_value());
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 3);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("A plain callback receives (exception_ptr, session_result)") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::promise<std::pair<bool, int>> p;
-    cpu.with_backend_session([](backend_session&) { return 11; },
+    cpu.with_backend_session([](test_session&) { return 11; },
                              [&](std::exception_ptr e, session_result<int> r) {
                                  p.set_value({e == nullptr, r.value()});
                              });
@@ -61,27 +63,29 @@ TEST_CASE("A plain callback receives (exception_ptr, session_result)") {
 
 TEST_CASE("deferred: nothing happens until the deferred operation is launched") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     int runs = 0;
-    auto op = cpu.with_backend_session([&](backend_session&) { return ++runs; }, asio::experimental::deferred);
+    auto op = cpu.with_backend_session([&](test_session&) { return ++runs; }, asio::experimental::deferred);
     CHECK(cpu.stats().admitted == 0);
     std::optional<session_result<int>> r;
     spawn(io, [&]() -> asio::awaitable<void> { r = co_await std::move(op)(asio::use_awaitable); });
     REQUIRE(run_until(io, [&] { return r.has_value(); }));
     CHECK(r->value() == 1);
     CHECK(runs == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("as_tuple: the exception and the result arrive as a tuple") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto [e, r] = co_await cpu.with_backend_session([](backend_session&) { return 2; },
+        auto [e, r] = co_await cpu.with_backend_session([](test_session&) { return 2; },
                                                         asio::experimental::as_tuple(asio::use_awaitable));
         CHECK(e == nullptr);
         CHECK(r.value() == 2);
-        auto [e2, r2] = co_await cpu.with_backend_session([](backend_session&) -> int { throw std::range_error("x"); },
+        auto [e2, r2] = co_await cpu.with_backend_session([](test_session&) -> int { throw std::range_error("x"); },
                                                           asio::experimental::as_tuple(asio::use_awaitable));
         CHECK(e2 != nullptr);
         CHECK_FALSE(r2.has_value());  // a valid object carrying no value
@@ -92,11 +96,11 @@ TEST_CASE("as_tuple: the exception and the result arrive as a tuple") {
 
 TEST_CASE("A timeout with awaitable_operators || cancels a waiting entry; its body never runs") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     gate g;
     std::optional<session_result<int>> holder;
     spawn(io, [&]() -> asio::awaitable<void> {
-        holder = co_await cpu.with_backend_session([&](backend_session&) {
+        holder = co_await cpu.with_backend_session([&](test_session&) {
             g.wait();
             return 1;
         });
@@ -107,7 +111,7 @@ TEST_CASE("A timeout with awaitable_operators || cancels a waiting entry; its bo
     std::optional<std::variant<session_result<int>, std::monostate>> raced;
     spawn(io, [&]() -> asio::awaitable<void> {
         asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(20));
-        raced = co_await (cpu.with_backend_session([&](backend_session&) {
+        raced = co_await (cpu.with_backend_session([&](test_session&) {
             ran = true;
             return 2;
         }) || timer.async_wait(asio::use_awaitable));
@@ -122,19 +126,21 @@ TEST_CASE("A timeout with awaitable_operators || cancels a waiting entry; its bo
     const admission_stats st = cpu.stats();
     CHECK(st.admitted == st.completed);
     CHECK(st.available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);  // the holder's only
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("bind_cancellation_slot with a callback handler cancels a waiter from another thread") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     gate g;
-    auto first = cpu.with_backend_session([&](backend_session&) { g.wait(); }, asio::use_future);
+    auto first = cpu.with_backend_session([&](test_session&) { g.wait(); }, asio::use_future);
     REQUIRE(g.wait_for_waiters(1));
     asio::cancellation_signal signal;
     std::promise<session_result<void>> p;
-    cpu.with_backend_session(
-        [](backend_session&) {},
-        asio::bind_cancellation_slot(signal.slot(),
-                                     [&](std::exception_ptr, session_result<void> r) { p.set_value(std::move(r)); }));
+    cpu.with_backend_session([](test_session&) {}, asio::bind_cancellation_slot(
+                                                       signal.slot(), [&](std::exception_ptr, session_result<void> r) {
+                                                           p.set_value(std::move(r));
+                                                       }));
     signal.emit(asio::cancellation_type::terminal);
     CHECK(p.get_future().get().error() == session_entry_errc::cancelled);
     g.open();

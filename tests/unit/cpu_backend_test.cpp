@@ -27,6 +27,7 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 #include "testing_access.hpp"
 
@@ -47,7 +48,7 @@ void spawn(asio::io_context& io, F f) {
 
 /// An async body that holds its permits until `release` is cancelled/expires.
 auto holder(asio::steady_timer& release, std::atomic<bool>& started) {
-    return [&](backend_session&) -> asio::awaitable<int> {
+    return [&](test_session&) -> asio::awaitable<int> {
         started = true;
         asio::error_code ec;
         co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -58,16 +59,16 @@ auto holder(asio::steady_timer& release, std::atomic<bool>& started) {
 }  // namespace
 
 TEST_CASE("cpu_backend basics: name, permits, a body runs once and its value comes back") {
-    cpu_backend cpu({.permits = 2});
-    CHECK(cpu.name() == "cpu");
+    test_host cpu({.permits = 2});
+    CHECK(cpu.name() == test_host_name);
     CHECK(cpu.permits() == 2);
     asio::io_context io;
     std::optional<session_result<int>> out;
     int runs = 0;
     spawn(io, [&]() -> asio::awaitable<void> {
-        out = co_await cpu.with_backend_session([&](backend_session& s) {
+        out = co_await cpu.with_backend_session([&](test_session& s) {
             ++runs;
-            return static_cast<int>(s.parallelism()) + 40 + (s.backend() == "cpu");
+            return static_cast<int>(s.parallelism()) + 40 + (s.backend() == test_host_name);
         });
     });
     REQUIRE(run_until(io, [&] { return out.has_value(); }));
@@ -78,17 +79,19 @@ TEST_CASE("cpu_backend basics: name, permits, a body runs once and its value com
     CHECK(st.admitted == 1);
     CHECK(st.completed == 1);
     CHECK(st.available == 2);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("permits = 0 means hardware_concurrency") {
-    cpu_backend cpu;
+    test_host cpu(test_host_options{});
     const unsigned hw = std::thread::hardware_concurrency();
     CHECK(cpu.permits() == (hw == 0 ? 1 : hw));
 }
 
 TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_context)") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     spawn(io,
@@ -99,7 +102,7 @@ TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_co
     int done = 0;
     for (int i = 0; i < 6; ++i) {
         spawn(io, [&, i]() -> asio::awaitable<void> {
-            auto r = co_await cpu.with_backend_session(caller_placed, [&, i](backend_session&) { order.push_back(i); });
+            auto r = co_await cpu.with_backend_session(caller_placed, [&, i](test_session&) { order.push_back(i); });
             CHECK(r.has_value());
             ++done;
         });
@@ -112,15 +115,17 @@ TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_co
     io.run();
     CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5});
     CHECK(done == 6);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 7);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("Caller placement admitted at once runs the body in the initiation, completes by post") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::vector<std::string> events;
     spawn(io, [&]() -> asio::awaitable<void> {
         events.push_back("initiate");
-        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("body"); });
+        co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("body"); });
         events.push_back("resumed");
     });
     io.poll_one();  // runs the coroutine up to its co_await: admission and the body happen here
@@ -136,7 +141,7 @@ TEST_CASE("S17: bodies start in grant order, even when an earlier grantee initia
     // waits, so A2 is admitted at once. Its body must still start after B's,
     // which was granted earlier: A2 may not run inline in its initiation.
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     spawn(io, [&]() -> asio::awaitable<void> {
@@ -147,12 +152,12 @@ TEST_CASE("S17: bodies start in grant order, even when an earlier grantee initia
     REQUIRE(held);
     std::vector<std::string> order;
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto a1 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("A1"); });
-        auto a2 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("A2"); });
+        auto a1 = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("A1"); });
+        auto a2 = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("A2"); });
         CHECK((a1 && a2));
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto b = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("B1"); });
+        auto b = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("B1"); });
         CHECK(b.has_value());
     });
     io.poll();
@@ -178,18 +183,18 @@ TEST_CASE("S17: a grant whose hook is still running on another thread keeps its 
     };
     asio::io_context io;
     auto observer = std::make_shared<slow_observer>();
-    cpu_backend cpu({.permits = 2, .observer = observer});
+    test_host cpu({.permits = 2, .observer = observer});
     gate first, second;
     std::vector<std::string> order;
     std::optional<session_result<void>> h1, h2, e1, e2;
     spawn(io, [&]() -> asio::awaitable<void> {
-        h1 = co_await cpu.with_backend_session([&](backend_session&) { first.wait(); });
+        h1 = co_await cpu.with_backend_session([&](test_session&) { first.wait(); });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        h2 = co_await cpu.with_backend_session([&](backend_session&) { second.wait(); });
+        h2 = co_await cpu.with_backend_session([&](test_session&) { second.wait(); });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        e1 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("E1"); });
+        e1 = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("E1"); });
     });
     io.poll();
     REQUIRE(first.wait_for_waiters(1));
@@ -203,7 +208,7 @@ TEST_CASE("S17: a grant whose hook is still running on another thread keeps its 
     while (cpu.stats().available < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
     REQUIRE(cpu.stats().available == 1);
     spawn(io, [&]() -> asio::awaitable<void> {
-        e2 = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("E2"); });
+        e2 = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("E2"); });
     });
     REQUIRE(run_until(io, [&] { return h1 && h2 && e1 && e2; }));
     CHECK(order == std::vector<std::string>{"E1", "E2"});
@@ -221,22 +226,22 @@ TEST_CASE("S17: grants from two releasing workers reach the caller's executor in
     long misordered = 0, failures = 0;
     for (long round = 0; round < rounds; ++round) {
         asio::io_context io;
-        cpu_backend cpu({.permits = 2});
+        test_host cpu({.permits = 2});
         std::atomic<int> ready{0};
         std::atomic<bool> go{false};
         std::vector<int> started;
         std::vector<std::optional<session_result<void>>> results(4);
         for (int i = 0; i < 2; ++i)
             spawn(io, [&, i]() -> asio::awaitable<void> {
-                results[i] = co_await cpu.with_backend_session([&](backend_session&) {
+                results[i] = co_await cpu.with_backend_session([&](test_session&) {
                     ++ready;
                     while (!go.load()) std::this_thread::yield();
                 });
             });
         for (int i = 2; i < 4; ++i)
             spawn(io, [&, i]() -> asio::awaitable<void> {
-                results[i] = co_await cpu.with_backend_session(caller_placed,
-                                                               [&, i](backend_session&) { started.push_back(i); });
+                results[i] =
+                    co_await cpu.with_backend_session(caller_placed, [&, i](test_session&) { started.push_back(i); });
             });
         io.poll();
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -260,12 +265,12 @@ TEST_CASE("S17: the inline fast path stays when nothing granted earlier is pendi
     // The other side of the rule: with nobody waiting and no posted runner,
     // an entry admitted at once still runs its body inside its initiation.
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     std::vector<std::string> events;
     spawn(io, [&]() -> asio::awaitable<void> {
-        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("first"); });
+        co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("first"); });
         events.push_back("between");
-        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { events.push_back("second"); });
+        co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("second"); });
         events.push_back("done");
     });
     io.poll_one();  // first body inline in its initiation
@@ -278,7 +283,7 @@ TEST_CASE("S17: the inline fast path stays when nothing granted earlier is pendi
 
 TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries until satisfied") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     std::vector<std::string> order;
@@ -290,18 +295,18 @@ TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries unt
     REQUIRE(held);
     CHECK(cpu.stats().available == 1);
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::caller}, [&](backend_session& s) {
+        auto r = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::caller}, [&](test_session& s) {
             order.push_back("heavy:" + std::to_string(s.parallelism()));
         });
         CHECK(r.has_value());
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { order.push_back("light"); });
+        co_await cpu.with_backend_session(caller_placed, [&](test_session&) { order.push_back("light"); });
     });
     std::optional<session_result<void>> tried;
     spawn(io, [&]() -> asio::awaitable<void> {
         tried = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller},
-                                                  [&](backend_session&) { order.push_back("never"); });
+                                                  [&](test_session&) { order.push_back("never"); });
     });
     io.poll();
     // One permit is free, yet the light entry waits behind the heavy head, and a
@@ -319,7 +324,7 @@ TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries unt
 
 TEST_CASE("Cancellation removes a waiter: head, middle, weighted head; others keep their order") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     spawn(io,
@@ -335,7 +340,7 @@ TEST_CASE("Cancellation removes a waiter: head, middle, weighted head; others ke
         spawn(io, [&, name, permits]() -> asio::awaitable<void> {
             // A named body: GCC 12 miscompiles a lambda temporary with a
             // std::string capture inside a co_await expression (docs/pitfalls.md).
-            auto body = [&order, name](backend_session&) { order.push_back(name); };
+            auto body = [&order, name](test_session&) { order.push_back(name); };
             auto r = co_await cpu.with_backend_session(
                 {permits, wait_policy::fifo, placement::caller}, std::move(body),
                 asio::bind_cancellation_slot(signals[name].slot(), asio::use_awaitable));
@@ -373,33 +378,35 @@ TEST_CASE("Cancellation removes a waiter: head, middle, weighted head; others ke
     CHECK(st.cancelled == 2);
     CHECK(st.admitted == st.completed);
     CHECK(st.available == 2);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 3);  // the holder, a and c
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("Result passthrough: the body's own expected, error_code, move-only and void values") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     bool finished = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         session_result<tl::expected<int, std::string>> a = co_await cpu.with_backend_session(
-            [](backend_session&) -> tl::expected<int, std::string> { return tl::make_unexpected(std::string("own")); });
+            [](test_session&) -> tl::expected<int, std::string> { return tl::make_unexpected(std::string("own")); });
         REQUIRE(a.has_value());  // admission succeeded
         CHECK(a->error() == "own");
 
-        session_result<std::error_code> b = co_await cpu.with_backend_session(
-            [](backend_session&) { return std::make_error_code(std::errc::timed_out); });
+        session_result<std::error_code> b =
+            co_await cpu.with_backend_session([](test_session&) { return std::make_error_code(std::errc::timed_out); });
         REQUIRE(b.has_value());
         CHECK(b.value() == std::errc::timed_out);
 
         session_result<std::unique_ptr<int>> c =
-            co_await cpu.with_backend_session([](backend_session&) { return std::make_unique<int>(5); });
+            co_await cpu.with_backend_session([](test_session&) { return std::make_unique<int>(5); });
         REQUIRE(c.has_value());
         CHECK(*c.value() == 5);
 
-        session_result<void> d = co_await cpu.with_backend_session([](backend_session&) {});
+        session_result<void> d = co_await cpu.with_backend_session([](test_session&) {});
         CHECK(d.has_value());
 
         // A body returning a session_result of its own: still just a value.
-        session_result<session_result<int>> e = co_await cpu.with_backend_session([](backend_session&) {
+        session_result<session_result<int>> e = co_await cpu.with_backend_session([](test_session&) {
             return session_result<int>(tl::make_unexpected(session_entry_error(session_entry_errc::contended, "x")));
         });
         REQUIRE(e.has_value());
@@ -411,24 +418,24 @@ TEST_CASE("Result passthrough: the body's own expected, error_code, move-only an
 
 TEST_CASE("A throwing body: its exception is rethrown at co_await, permits come back, host healthy") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::string caught;
     bool after = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         try {
-            co_await cpu.with_backend_session([](backend_session&) -> int { throw std::logic_error("body failed"); });
+            co_await cpu.with_backend_session([](test_session&) -> int { throw std::logic_error("body failed"); });
         } catch (const std::logic_error& e) {
             caught = e.what();
         }
         try {
-            co_await cpu.with_backend_session([](backend_session&) -> asio::awaitable<int> {
+            co_await cpu.with_backend_session([](test_session&) -> asio::awaitable<int> {
                 throw std::out_of_range("async body failed");
                 co_return 1;
             });
         } catch (const std::out_of_range& e) {
             caught += std::string("|") + e.what();
         }
-        auto r = co_await cpu.with_backend_session([](backend_session&) { return 1; });
+        auto r = co_await cpu.with_backend_session([](test_session&) { return 1; });
         after = r.has_value() && *r == 1;
     });
     REQUIRE(run_until(io, [&] { return after; }));
@@ -438,18 +445,20 @@ TEST_CASE("A throwing body: its exception is rethrown at co_await, permits come 
     CHECK(st.admitted == 3);
     CHECK(st.completed == 3);
     CHECK(st.rejected == 0);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 3);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("Resumption: compute bodies run on a worker, the caller resumes on its own thread") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     std::thread::id io_thread, body_thread, resumed_thread, caller_body_thread;
     bool worker_flag = true;
     spawn(io, [&]() -> asio::awaitable<void> {
-        co_await cpu.with_backend_session([&](backend_session&) { body_thread = std::this_thread::get_id(); });
+        co_await cpu.with_backend_session([&](test_session&) { body_thread = std::this_thread::get_id(); });
         resumed_thread = std::this_thread::get_id();
         co_await cpu.with_backend_session(caller_placed,
-                                          [&](backend_session&) { caller_body_thread = std::this_thread::get_id(); });
+                                          [&](test_session&) { caller_body_thread = std::this_thread::get_id(); });
         worker_flag = false;
     });
     std::thread runner([&] {
@@ -463,15 +472,18 @@ TEST_CASE("Resumption: compute bodies run on a worker, the caller resumes on its
     CHECK(caller_body_thread == io_thread);
 }
 
+#ifndef TENFERRO_TEST_GENERIC_HOST
+// CPU only: parallel_for is backend_session's (the generic host's session has
+// no kernels); the generic counterpart below checks parallelism() alone.
 TEST_CASE("A weighted session gets parallelism() == k and a parallel_for on up to k threads") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 3});
+    test_host cpu({.permits = 3});
     std::set<std::thread::id> threads;
     std::mutex m;
     std::size_t parallelism = 0;
     long sum = -1;
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](backend_session& s) {
+        auto r = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](test_session& s) {
             parallelism = s.parallelism();
             std::atomic<long> total{0};
             s.parallel_for(3000, 1, [&](std::int64_t b, std::int64_t e) {
@@ -494,26 +506,47 @@ TEST_CASE("A weighted session gets parallelism() == k and a parallel_for on up t
     CHECK(threads.size() >= 2);
     CHECK(threads.size() <= 3);
 }
+#else
+TEST_CASE("A weighted session gets parallelism() == k, on a compute worker") {
+    asio::io_context io;
+    test_host cpu({.permits = 3});
+    std::size_t parallelism = 0;
+    std::thread::id body_thread;
+    bool done = false;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        auto r = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](test_session& s) {
+            parallelism = s.parallelism();
+            body_thread = std::this_thread::get_id();
+        });
+        CHECK(r.has_value());
+        done = true;
+    });
+    REQUIRE(run_until(io, [&] { return done; }));
+    CHECK(parallelism == 3);
+    CHECK(body_thread != std::this_thread::get_id());
+    CHECK(tenferro::test::all_sessions_closed(cpu));
+}
+#endif
 
 TEST_CASE("Re-entry: a nested entry inside a sync body completes with reentered, without waiting") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
-    cpu_backend other({.permits = 1});
+    test_host cpu({.permits = 1});
+    test_host other({.permits = 1});
     std::future<session_result<int>> nested_same, nested_other;
     std::atomic<bool> ran_nested{false};
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await cpu.with_backend_session([&](backend_session&) {
+        auto r = co_await cpu.with_backend_session([&](test_session&) {
             // From inside the body (a sync body cannot co_await). With one
             // permit held by this very body, waiting would deadlock.
             nested_same = cpu.with_backend_session(
-                [&](backend_session&) {
+                [&](test_session&) {
                     ran_nested = true;
                     return 1;
                 },
                 asio::use_future);
             nested_other = other.with_backend_session(
-                [&](backend_session&) {
+                [&](test_session&) {
                     ran_nested = true;
                     return 2;
                 },
@@ -529,13 +562,16 @@ TEST_CASE("Re-entry: a nested entry inside a sync body completes with reentered,
     CHECK_FALSE(ran_nested);
     CHECK(same.error() == session_entry_errc::reentered);
     CHECK(foreign.error() == session_entry_errc::reentered);
-    CHECK(same.error().backend() == "cpu");
+    CHECK(same.error().backend() == test_host_name);
     CHECK(cpu.stats().rejected == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(other, 0);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 namespace {
-asio::awaitable<session_result<int>> deep(cpu_backend& cpu, int depth) {
-    if (depth == 0) co_return co_await cpu.with_backend_session([](backend_session&) { return 7; });
+asio::awaitable<session_result<int>> deep(test_host& cpu, int depth) {
+    if (depth == 0) co_return co_await cpu.with_backend_session([](test_session&) { return 7; });
     co_return co_await deep(cpu, depth - 1);
 }
 }  // namespace
@@ -543,13 +579,13 @@ asio::awaitable<session_result<int>> deep(cpu_backend& cpu, int depth) {
 TEST_CASE("Re-entry: anywhere in an async body's coroutine chain, on either placement") {
     for (placement where : {placement::compute, placement::caller}) {
         asio::io_context io;
-        cpu_backend cpu({.permits = 2});
-        cpu_backend other({.permits = 1});
+        test_host cpu({.permits = 2});
+        test_host other({.permits = 1});
         std::optional<session_result<int>> direct, chained, foreign;
         bool done = false;
         spawn(io, [&]() -> asio::awaitable<void> {
             auto r = co_await cpu.with_backend_session({1, wait_policy::fifo, where},
-                                                       [&](backend_session&) -> asio::awaitable<int> {
+                                                       [&](test_session&) -> asio::awaitable<int> {
                                                            direct = co_await deep(cpu, 0);
                                                            chained = co_await deep(cpu, 4);
                                                            foreign = co_await deep(other, 2);
@@ -566,12 +602,15 @@ TEST_CASE("Re-entry: anywhere in an async body's coroutine chain, on either plac
         CHECK(chained->error() == session_entry_errc::reentered);
         CHECK(foreign->error() == session_entry_errc::reentered);
         CHECK(cpu.stats().available == 2);
+        TENFERRO_CHECK_SESSIONS_OPENED(cpu, 2);  // the body, and `after`
+        TENFERRO_CHECK_SESSIONS_OPENED(other, 0);
+        TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
     }
 }
 
 TEST_CASE("Re-entry: an unrelated coroutine on the same thread is never flagged") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     std::optional<session_result<int>> unrelated;
@@ -580,7 +619,7 @@ TEST_CASE("Re-entry: an unrelated coroutine on the same thread is never flagged"
     io.poll();
     REQUIRE(held);  // an async body is suspended on this very thread
     spawn(io, [&]() -> asio::awaitable<void> {
-        unrelated = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 3; });
+        unrelated = co_await cpu.with_backend_session(caller_placed, [](test_session&) { return 3; });
     });
     io.poll();
     REQUIRE(unrelated.has_value());
@@ -591,7 +630,7 @@ TEST_CASE("Re-entry: an unrelated coroutine on the same thread is never flagged"
 
 TEST_CASE("contended: wait_policy::never and the max_waiters bound shed load") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1, .max_waiters = 2});
+    test_host cpu({.permits = 1, .max_waiters = 2});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     spawn(io,
@@ -602,11 +641,11 @@ TEST_CASE("contended: wait_policy::never and the max_waiters bound shed load") {
     int ran = 0;
     for (int i = 0; i < 3; ++i)
         spawn(io, [&, i]() -> asio::awaitable<void> {
-            results[i] = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+            results[i] = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { return ++ran; });
         });
     spawn(io, [&]() -> asio::awaitable<void> {
         results[3] = co_await cpu.with_backend_session({1, wait_policy::never, placement::caller},
-                                                       [&](backend_session&) { return ++ran; });
+                                                       [&](test_session&) { return ++ran; });
     });
     io.poll();
     REQUIRE(results[2].has_value());
@@ -620,19 +659,21 @@ TEST_CASE("contended: wait_policy::never and the max_waiters bound shed load") {
     CHECK(results[0]->value() == 1);
     CHECK(results[1]->value() == 2);
     CHECK(cpu.stats().rejected == 2);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 3);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("incompatible_context: zero permits, or more than the host has") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     std::optional<session_result<int>> zero, many;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        zero = co_await cpu.with_backend_session({0, wait_policy::fifo, placement::compute}, [&](backend_session&) {
+        zero = co_await cpu.with_backend_session({0, wait_policy::fifo, placement::compute}, [&](test_session&) {
             ran = true;
             return 0;
         });
-        many = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](backend_session&) {
+        many = co_await cpu.with_backend_session({3, wait_policy::fifo, placement::compute}, [&](test_session&) {
             ran = true;
             return 0;
         });
@@ -642,6 +683,7 @@ TEST_CASE("incompatible_context: zero permits, or more than the host has") {
     CHECK(many->error() == session_entry_errc::incompatible_context);
     CHECK(many->error().detail().find("3 permits") != std::string::npos);
     CHECK_FALSE(ran);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 0);
 }
 
 namespace {
@@ -663,7 +705,7 @@ TEST_CASE("Poisoning: an observer throwing in on_admitted poisons the entry, the
     asio::io_context io;
     auto observer = std::make_shared<throwing_observer>();
     observer->throw_on_admission = 2;
-    cpu_backend cpu({.permits = 1, .observer = observer});
+    test_host cpu({.permits = 1, .observer = observer});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     std::optional<session_result<int>> running;
@@ -676,7 +718,7 @@ TEST_CASE("Poisoning: an observer throwing in on_admitted poisons the entry, the
     int ran = 0;
     for (int i = 0; i < 3; ++i)
         spawn(io, [&, i]() -> asio::awaitable<void> {
-            queued[i] = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+            queued[i] = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { return ++ran; });
         });
     io.poll();
     CHECK(cpu.stats().waiting == 3);
@@ -695,26 +737,28 @@ TEST_CASE("Poisoning: an observer throwing in on_admitted poisons the entry, the
     std::optional<session_result<int>> later;
     io.restart();
     spawn(io, [&]() -> asio::awaitable<void> {
-        later = co_await cpu.with_backend_session([&](backend_session&) { return ++ran; });
+        later = co_await cpu.with_backend_session([&](test_session&) { return ++ran; });
     });
     io.run();
     CHECK(later->error() == session_entry_errc::resource_poisoned);
     const admission_stats st = cpu.stats();
     CHECK(st.available == st.permits);
     CHECK(st.admitted == st.completed);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);  // the running one only
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("Poisoning: an observer throwing in on_released lets the session finish and poisons the rest") {
     asio::io_context io;
     auto observer = std::make_shared<throwing_observer>();
     observer->throw_on_release = true;
-    cpu_backend cpu({.permits = 1, .observer = observer});
+    test_host cpu({.permits = 1, .observer = observer});
     std::optional<session_result<int>> first, second, third;
     spawn(io, [&]() -> asio::awaitable<void> {
-        first = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 1; });
+        first = co_await cpu.with_backend_session(caller_placed, [](test_session&) { return 1; });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        second = co_await cpu.with_backend_session(caller_placed, [](backend_session&) { return 2; });
+        second = co_await cpu.with_backend_session(caller_placed, [](test_session&) { return 2; });
     });
     io.run();
     CHECK(first->value() == 1);
@@ -722,11 +766,13 @@ TEST_CASE("Poisoning: an observer throwing in on_released lets the session finis
     CHECK(cpu.poisoned());
     io.restart();
     spawn(io, [&]() -> asio::awaitable<void> {
-        third = co_await cpu.with_backend_session([](backend_session&) { return 3; });
+        third = co_await cpu.with_backend_session([](test_session&) { return 3; });
     });
     io.run();
     CHECK(third->error() == session_entry_errc::resource_poisoned);
     CHECK(cpu.stats().available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("S18: an entry granted in the same release as one whose hook threw never starts its body") {
@@ -739,7 +785,7 @@ TEST_CASE("S18: an entry granted in the same release as one whose hook threw nev
         asio::io_context io;
         auto observer = std::make_shared<throwing_observer>();
         observer->throw_on_admission = 2;
-        cpu_backend cpu({.permits = 2, .observer = observer});
+        test_host cpu({.permits = 2, .observer = observer});
         asio::steady_timer release(io, std::chrono::hours(1));
         std::atomic<bool> held{false};
         std::optional<session_result<int>> holder_result, a, b;
@@ -752,10 +798,10 @@ TEST_CASE("S18: an entry granted in the same release as one whose hook threw nev
         std::atomic<int> ran{0};
         const session_options one{1, wait_policy::fifo, where};
         spawn(io, [&]() -> asio::awaitable<void> {
-            a = co_await cpu.with_backend_session(one, [&](backend_session&) { return ++ran; });
+            a = co_await cpu.with_backend_session(one, [&](test_session&) { return ++ran; });
         });
         spawn(io, [&]() -> asio::awaitable<void> {
-            b = co_await cpu.with_backend_session(one, [&](backend_session&) { return ++ran; });
+            b = co_await cpu.with_backend_session(one, [&](test_session&) { return ++ran; });
         });
         io.poll();
         REQUIRE(cpu.stats().waiting == 2);
@@ -770,6 +816,8 @@ TEST_CASE("S18: an entry granted in the same release as one whose hook threw nev
         const admission_stats st = cpu.stats();
         CHECK(st.available == 2);
         CHECK(st.admitted == st.completed);
+        TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);  // the holder's
+        TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
     }
 }
 
@@ -781,27 +829,27 @@ TEST_CASE("S18: an entry already granted and handed to its executor does not sta
     asio::io_context io;
     auto observer = std::make_shared<throwing_observer>();
     observer->throw_on_admission = 4;
-    cpu_backend cpu({.permits = 2, .observer = observer});
+    test_host cpu({.permits = 2, .observer = observer});
     gate first, second;
     std::atomic<int> ran{0};
     std::optional<session_result<int>> h1, h2, a, b;
     spawn(io, [&]() -> asio::awaitable<void> {
-        h1 = co_await cpu.with_backend_session([&](backend_session&) {
+        h1 = co_await cpu.with_backend_session([&](test_session&) {
             first.wait();
             return 1;
         });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        h2 = co_await cpu.with_backend_session([&](backend_session&) {
+        h2 = co_await cpu.with_backend_session([&](test_session&) {
             second.wait();
             return 2;
         });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        a = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+        a = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { return ++ran; });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        b = co_await cpu.with_backend_session(caller_placed, [&](backend_session&) { return ++ran; });
+        b = co_await cpu.with_backend_session(caller_placed, [&](test_session&) { return ++ran; });
     });
     io.poll();
     REQUIRE(first.wait_for_waiters(1));
@@ -824,21 +872,23 @@ TEST_CASE("S18: an entry already granted and handed to its executor does not sta
     const admission_stats st = cpu.stats();
     CHECK(st.available == 2);
     CHECK(st.admitted == st.completed);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 2);  // h1's and h2's
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("shutdown: queued and new entries complete with executor; the running one finishes") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     gate g;
     std::optional<session_result<int>> running, queued, late;
     spawn(io, [&]() -> asio::awaitable<void> {
-        running = co_await cpu.with_backend_session([&](backend_session&) {
+        running = co_await cpu.with_backend_session([&](test_session&) {
             g.wait();
             return 1;
         });
     });
     spawn(io, [&]() -> asio::awaitable<void> {
-        queued = co_await cpu.with_backend_session([](backend_session&) { return 2; });
+        queued = co_await cpu.with_backend_session([](test_session&) { return 2; });
     });
     io.poll();
     REQUIRE(g.wait_for_waiters(1));
@@ -846,7 +896,7 @@ TEST_CASE("shutdown: queued and new entries complete with executor; the running 
     cpu.shutdown();
     cpu.shutdown();  // idempotent
     spawn(io, [&]() -> asio::awaitable<void> {
-        late = co_await cpu.with_backend_session([](backend_session&) { return 3; });
+        late = co_await cpu.with_backend_session([](test_session&) { return 3; });
     });
     io.poll();
     REQUIRE(queued.has_value());
@@ -858,20 +908,22 @@ TEST_CASE("shutdown: queued and new entries complete with executor; the running 
     REQUIRE(run_until(io, [&] { return running.has_value(); }));
     CHECK(running->value() == 1);
     CHECK(cpu.stats().available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("A compute executor that drops work completes the entry with executor, leaking nothing") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     detail::testing_access::drop_next_runs(cpu, 1);
     std::optional<session_result<int>> dropped, next;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        dropped = co_await cpu.with_backend_session([&](backend_session&) {
+        dropped = co_await cpu.with_backend_session([&](test_session&) {
             ran = true;
             return 1;
         });
-        next = co_await cpu.with_backend_session([&](backend_session&) { return 2; });
+        next = co_await cpu.with_backend_session([&](test_session&) { return 2; });
     });
     REQUIRE(run_until(io, [&] { return next.has_value(); }));
     CHECK(dropped->error() == session_entry_errc::executor);
@@ -880,17 +932,19 @@ TEST_CASE("A compute executor that drops work completes the entry with executor,
     const admission_stats st = cpu.stats();
     CHECK(st.available == 1);
     CHECK(st.admitted == st.completed);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);  // `next` only: the dropped runner opened none
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("A caller executor destroyed with a granted caller-placed runner frees everything") {
     auto io = std::make_unique<asio::io_context>();
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     bool ran = false;
     tenferro::test::counted::live = 0;
     {
         tenferro::test::counted probe;
         cpu.with_backend_session(
-            caller_placed, [&, probe](backend_session&) { ran = true; },
+            caller_placed, [&, probe](test_session&) { ran = true; },
             asio::bind_executor(io->get_executor(), [](std::exception_ptr, session_result<void>) {}));
     }
     CHECK(tenferro::test::counted::live == 1);  // the body is held by the pending operation
@@ -900,6 +954,7 @@ TEST_CASE("A caller executor destroyed with a granted caller-placed runner frees
     const admission_stats st = cpu.stats();
     CHECK(st.available == 1);
     CHECK(st.admitted == st.completed);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 0);
 }
 
 TEST_CASE("A caller's io_context may be destroyed as soon as its run() returns (strands, both placements)") {
@@ -908,7 +963,7 @@ TEST_CASE("A caller's io_context may be destroyed as soon as its run() returns (
     // last entry and let run() return while the worker is still inside
     // post/dispatch. Destroying the context right then must be safe: ASan
     // reported a use-after-free of the strand's service here before the fix.
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     // About 40 us a round; before the fix, 10,000 rounds failed under ASan
     // every time, 2,000 only sometimes.
     const long rounds = 10 * tenferro::test::stress_iterations(1000);
@@ -920,7 +975,7 @@ TEST_CASE("A caller's io_context may be destroyed as soon as its run() returns (
         // Three entries contend for one permit: the second and third are
         // granted by the worker releasing the previous one.
         for (int j = 0; j < 3; ++j) {
-            auto body = [j](backend_session&) { return j + 1; };
+            auto body = [j](test_session&) { return j + 1; };
             auto done = [&](std::exception_ptr e, session_result<int> r) {
                 if (e || !r)
                     ++errors;
@@ -932,7 +987,7 @@ TEST_CASE("A caller's io_context may be destroyed as soon as its run() returns (
                     *strand,
                     [&, opts]() -> asio::awaitable<void> {
                         const session_result<int> r =
-                            co_await cpu.with_backend_session(opts, [](backend_session&) { return 3; });
+                            co_await cpu.with_backend_session(opts, [](test_session&) { return 3; });
                         if (r)
                             sum += *r;
                         else
@@ -951,16 +1006,17 @@ TEST_CASE("A caller's io_context may be destroyed as soon as its run() returns (
     const admission_stats st = cpu.stats();
     CHECK(st.available == 1);
     CHECK(st.admitted == st.completed);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("Destruction waits for running sessions") {
     std::atomic<bool> finished{false};
     std::promise<bool> completed;  // the completion may arrive after the destructor returned
     {
-        cpu_backend cpu({.permits = 1});
+        test_host cpu({.permits = 1});
         gate started;
         cpu.with_backend_session(
-            [&](backend_session&) {
+            [&](test_session&) {
                 started.open();
                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
                 finished = true;
@@ -973,25 +1029,27 @@ TEST_CASE("Destruction waits for running sessions") {
 }
 
 TEST_CASE("cpus pins the workers; a CPU the process may not use throws system_error") {
-    CHECK_THROWS_AS(cpu_backend({.permits = 1, .cpus = {99999}}), std::system_error);
-    cpu_backend pinned({.permits = 2, .cpus = {0}});
+    CHECK_THROWS_AS(test_host({.permits = 1, .cpus = {99999}}), std::system_error);
+    test_host pinned({.permits = 2, .cpus = {0}});
     asio::io_context io;
     std::optional<session_result<int>> cpu_of_body;
     spawn(io, [&]() -> asio::awaitable<void> {
-        cpu_of_body = co_await pinned.with_backend_session([](backend_session&) { return sched_getcpu(); });
+        cpu_of_body = co_await pinned.with_backend_session([](test_session&) { return sched_getcpu(); });
     });
     REQUIRE(run_until(io, [&] { return cpu_of_body.has_value(); }));
     CHECK(cpu_of_body->value() == 0);
 }
 
+#ifndef TENFERRO_TEST_GENERIC_HOST
+// CPU only: runtime caches are cpu_backend's (with_backend_session_cached).
 TEST_CASE("with_backend_session_cached: a cache held by a running session makes the entry contended") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     cpu_runtime_cache cache;
     gate g;
     std::optional<session_result<int>> first, second, third, uncached;
     spawn(io, [&]() -> asio::awaitable<void> {
-        first = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) {
+        first = co_await cpu.with_backend_session_cached(cache, [&](test_session&) {
             g.wait();
             return 1;
         });
@@ -1001,11 +1059,11 @@ TEST_CASE("with_backend_session_cached: a cache held by a running session makes 
     CHECK(cache.in_use());
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        second = co_await cpu.with_backend_session_cached(cache, [&](backend_session&) {
+        second = co_await cpu.with_backend_session_cached(cache, [&](test_session&) {
             ran = true;
             return 2;
         });
-        uncached = co_await cpu.with_backend_session([](backend_session&) { return 4; });
+        uncached = co_await cpu.with_backend_session([](test_session&) { return 4; });
     });
     REQUIRE(run_until(io, [&] { return uncached.has_value(); }));
     CHECK(second->error() == session_entry_errc::contended);
@@ -1015,16 +1073,17 @@ TEST_CASE("with_backend_session_cached: a cache held by a running session makes 
     REQUIRE(run_until(io, [&] { return first.has_value(); }));
     CHECK_FALSE(cache.in_use());
     spawn(io, [&]() -> asio::awaitable<void> {
-        third = co_await cpu.with_backend_session_cached(cache, [](backend_session&) { return 3; });
+        third = co_await cpu.with_backend_session_cached(cache, [](test_session&) { return 3; });
     });
     REQUIRE(run_until(io, [&] { return third.has_value(); }));
     CHECK(third->value() == 3);
     CHECK(cpu.stats().available == 2);
 }
+#endif
 
 TEST_CASE("One thread can have 100,000 entries waiting at once") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     asio::steady_timer release(io, std::chrono::hours(1));
     std::atomic<bool> held{false};
     spawn(io,
@@ -1035,7 +1094,7 @@ TEST_CASE("One thread can have 100,000 entries waiting at once") {
     long sum = 0;
     for (int i = 0; i < n; ++i)
         spawn(io, [&, i]() -> asio::awaitable<void> {
-            auto r = co_await cpu.with_backend_session(caller_placed, [i](backend_session&) { return i; });
+            auto r = co_await cpu.with_backend_session(caller_placed, [i](test_session&) { return i; });
             sum += r.value();
             ++completed;
         });
@@ -1045,4 +1104,5 @@ TEST_CASE("One thread can have 100,000 entries waiting at once") {
     io.run();
     CHECK(completed == n);
     CHECK(sum == static_cast<long>(n) * (n - 1) / 2);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }

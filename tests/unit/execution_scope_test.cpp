@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -29,12 +30,12 @@ void spawn(asio::io_context& io, F f) {
 
 TEST_CASE("A scope admits once and its sessions reuse the permit without queueing") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::optional<session_result<int>> scope_result, outsider;
     std::vector<std::string> order;
     spawn(io, [&]() -> asio::awaitable<void> {
         scope_result = co_await cpu.with_execution_scope([&](execution_scope& scope) -> asio::awaitable<int> {
-            CHECK(scope.backend() == "cpu");
+            CHECK(scope.backend() == test_host_name);
             CHECK(scope.permits() == 1);
             // The outsider is spawned once the scope is admitted; on a fast
             // worker the body gets here first. Wait (yielding) until it queues.
@@ -46,7 +47,7 @@ TEST_CASE("A scope admits once and its sessions reuse the permit without queuein
             for (int i = 0; i < 3; ++i) {
                 // The single permit is held by the scope, and an outsider waits
                 // for it, yet these sessions are admitted at once.
-                auto r = co_await cpu.with_backend_session([&, i](backend_session& s) {
+                auto r = co_await cpu.with_backend_session([&, i](test_session& s) {
                     order.push_back("inner" + std::to_string(i));
                     return static_cast<int>(s.parallelism());
                 });
@@ -58,7 +59,7 @@ TEST_CASE("A scope admits once and its sessions reuse the permit without queuein
     });
     io.poll_one();  // the scope is admitted; its body is posted
     spawn(io, [&]() -> asio::awaitable<void> {
-        outsider = co_await cpu.with_backend_session([&](backend_session&) {
+        outsider = co_await cpu.with_backend_session([&](test_session&) {
             order.push_back("outsider");
             return 9;
         });
@@ -71,23 +72,25 @@ TEST_CASE("A scope admits once and its sessions reuse the permit without queuein
     CHECK(st.admitted == 5);  // the scope, three inner sessions, the outsider
     CHECK(st.completed == 5);
     CHECK(st.available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 4);  // the scope opens none itself
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("A second session of the scope while one runs completes with contended") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
+    test_host cpu({.permits = 2});
     std::optional<session_result<int>> a, b;
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_execution_scope([&](execution_scope&) -> asio::awaitable<void> {
             auto slow = [&]() -> asio::awaitable<void> {
-                a = co_await cpu.with_backend_session([](backend_session&) {
+                a = co_await cpu.with_backend_session([](test_session&) {
                     std::this_thread::sleep_for(std::chrono::milliseconds(30));
                     return 1;
                 });
             };
             auto quick = [&]() -> asio::awaitable<void> {
-                b = co_await cpu.with_backend_session([](backend_session&) { return 2; });
+                b = co_await cpu.with_backend_session([](test_session&) { return 2; });
             };
             co_await (slow() && quick());
         });
@@ -97,26 +100,28 @@ TEST_CASE("A second session of the scope while one runs completes with contended
     CHECK(a->value() == 1);
     CHECK(b->error() == session_entry_errc::contended);
     CHECK(cpu.stats().available == 2);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE(
     "Inside a scope: another host is incompatible, a nested scope is reentered, and so is a session in a session") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 2});
-    cpu_backend other({.permits = 1});
+    test_host cpu({.permits = 2});
+    test_host other({.permits = 1});
     std::optional<session_result<int>> foreign_session, foreign_scope, nested_scope, in_session, weighted;
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_execution_scope([&](execution_scope&) -> asio::awaitable<void> {
-            foreign_session = co_await other.with_backend_session([](backend_session&) { return 1; });
+            foreign_session = co_await other.with_backend_session([](test_session&) { return 1; });
             foreign_scope =
                 co_await other.with_execution_scope([](execution_scope&) -> asio::awaitable<int> { co_return 2; });
             nested_scope =
                 co_await cpu.with_execution_scope([](execution_scope&) -> asio::awaitable<int> { co_return 3; });
             weighted = co_await cpu.with_backend_session({2, wait_policy::fifo, placement::compute},
-                                                         [](backend_session&) { return 4; });
-            co_await cpu.with_backend_session([&](backend_session&) -> asio::awaitable<void> {
-                in_session = co_await cpu.with_backend_session([](backend_session&) { return 5; });
+                                                         [](test_session&) { return 4; });
+            co_await cpu.with_backend_session([&](test_session&) -> asio::awaitable<void> {
+                in_session = co_await cpu.with_backend_session([](test_session&) { return 5; });
             });
         });
         done = true;
@@ -129,17 +134,22 @@ TEST_CASE(
     CHECK(in_session->error() == session_entry_errc::reentered);
     CHECK(cpu.stats().available == 2);
     CHECK(other.stats().available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);  // the async body's own session
+    TENFERRO_CHECK_SESSIONS_OPENED(other, 0);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("After the scope ends, sessions of its coroutine queue normally again") {
     asio::io_context io;
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     std::optional<session_result<int>> after;
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_execution_scope([](execution_scope&) -> asio::awaitable<void> { co_return; });
-        after = co_await cpu.with_backend_session([](backend_session&) { return 1; });
+        after = co_await cpu.with_backend_session([](test_session&) { return 1; });
     });
     REQUIRE(run_until(io, [&] { return after.has_value(); }));
     CHECK(after->value() == 1);
     CHECK(cpu.stats().admitted == 2);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }

@@ -9,6 +9,9 @@
 // build lost a completion (a stale work decrement stopped the next context).
 //
 // Rounds: 10 x TENFERRO_STRESS_ITERATIONS (default 2,000, so 20,000 rounds).
+//
+// The session-entry cases run against test_host.hpp's host: cpu_backend, and
+// (teardown_generic) session_host<device_backend>.
 #include <tenferro/cpu_backend.hpp>
 #include <tenferro/io.hpp>
 
@@ -33,6 +36,7 @@
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 
+#include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
@@ -80,7 +84,7 @@ struct tally {
 /// `mixed`: the first entry is compute-placed and the others caller-placed,
 /// so a compute worker's release grants the second and posts its runner.
 template <class MakeExecutor>
-tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, MakeExecutor make_executor,
+tally entry_rounds(test_host& cpu, placement where, drive how, int entries, MakeExecutor make_executor,
                    bool mixed = false) {
     tally t;
     const long n = rounds();
@@ -93,7 +97,7 @@ tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, Ma
                 cpu.with_backend_session(
                     session_options{1, wait_policy::fifo,
                                     mixed ? (j == 0 ? placement::compute : placement::caller) : where},
-                    [j](backend_session&) { return j; },
+                    [j](test_session&) { return j; },
                     asio::bind_executor(ex, [&, j](std::exception_ptr e, session_result<int> r) {
                         if (e || !r || *r != j) ++t.errors;
                         ++done;
@@ -110,17 +114,18 @@ tally entry_rounds(cpu_backend& cpu, placement where, drive how, int entries, Ma
     return t;
 }
 
-void check_quiescent(const cpu_backend& cpu) {
+void check_quiescent(const test_host& cpu) {
     const admission_stats st = cpu.stats();
     CHECK(st.available == st.permits);
     CHECK(st.admitted == st.completed);
     CHECK(st.waiting == 0);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 }  // namespace
 
 TEST_CASE("S16: an io_context destroyed right after run_one() ran the completion (both placements)") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     for (placement where : {placement::compute, placement::caller}) {
         INFO((where == placement::compute ? "compute placement" : "caller placement"));
         const tally t =
@@ -136,7 +141,7 @@ TEST_CASE("S16: three contending entries, the context destroyed after run_one() 
     // With one permit, the second and third entries are granted by the worker
     // (or the caller) releasing the previous one: the runner hop and the
     // completion hop both cross threads.
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     for (drive how : {drive::run_one, drive::poll})
         for (placement where : {placement::compute, placement::caller}) {
             INFO("drive " << static_cast<int>(how) << ", placement " << static_cast<int>(where));
@@ -149,7 +154,7 @@ TEST_CASE("S16: three contending entries, the context destroyed after run_one() 
 }
 
 TEST_CASE("S16: a compute body's release grants caller-placed waiters: the runner hop from a worker") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     for (drive how : {drive::run_one, drive::poll}) {
         INFO("drive " << static_cast<int>(how));
         const tally t = entry_rounds(
@@ -162,7 +167,7 @@ TEST_CASE("S16: a compute body's release grants caller-placed waiters: the runne
 }
 
 TEST_CASE("S16: strand-bound handlers, the context destroyed right after the last one ran") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     for (placement where : {placement::compute, placement::caller}) {
         INFO((where == placement::compute ? "compute placement" : "caller placement"));
         const tally t =
@@ -175,7 +180,7 @@ TEST_CASE("S16: strand-bound handlers, the context destroyed right after the las
 }
 
 TEST_CASE("S16: a coroutine that awaits an entry and then calls stop(); the context destroyed at once") {
-    cpu_backend cpu({.permits = 1});
+    test_host cpu({.permits = 1});
     long errors = 0, lost = 0, completed = 0;
     const long n = rounds();
     for (long i = 0; i < n; ++i) {
@@ -186,7 +191,7 @@ TEST_CASE("S16: a coroutine that awaits an entry and then calls stop(); the cont
             *io,
             [&, where]() -> asio::awaitable<void> {
                 const session_result<int> r = co_await cpu.with_backend_session(
-                    session_options{1, wait_policy::fifo, where}, [](backend_session&) { return 7; });
+                    session_options{1, wait_policy::fifo, where}, [](test_session&) { return 7; });
                 if (!r || *r != 7) ++errors;
                 done = true;
                 io->stop();
@@ -206,6 +211,9 @@ TEST_CASE("S16: a coroutine that awaits an entry and then calls stop(); the cont
     check_quiescent(cpu);
 }
 
+#ifndef TENFERRO_TEST_GENERIC_HOST
+// CPU variant only: .npy I/O is no host's (it runs on the I/O engine), so the
+// generic-host build (TENFERRO_TEST_GENERIC_HOST) has nothing to add here.
 TEST_CASE("S16: .npy reads and writes, the context destroyed right after the handler ran") {
     // On tmpfs where there is one: the writes' fsync is then nearly free, so
     // they can have as many rounds as the reads.
@@ -252,3 +260,4 @@ TEST_CASE("S16: .npy reads and writes, the context destroyed right after the han
     CHECK(writes == write_rounds);
     CHECK(reads == read_rounds);
 }
+#endif  // TENFERRO_TEST_GENERIC_HOST
