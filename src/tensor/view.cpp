@@ -270,27 +270,27 @@ MutableView view_algebra<Self, View, MutableView>::broadcast_to(std::initializer
 // mutable overloads, whose constraint (MutableView is not void) is false there;
 // the standard says an explicit instantiation skips such members and GCC does,
 // but clang 14 instantiates them and fails.
-#define TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(...)                                                                    \
-    template const_tensor_view view_algebra<__VA_ARGS__>::slice(std::int64_t, std::int64_t, std::int64_t,          \
-                                                                std::int64_t) const;                              \
-    template const_tensor_view view_algebra<__VA_ARGS__>::transposed(std::span<const std::int64_t>) const;        \
-    template const_tensor_view view_algebra<__VA_ARGS__>::transposed(std::initializer_list<std::int64_t>) const;  \
+#define TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(...)                                                                 \
+    template const_tensor_view view_algebra<__VA_ARGS__>::slice(std::int64_t, std::int64_t, std::int64_t,        \
+                                                                std::int64_t) const;                             \
+    template const_tensor_view view_algebra<__VA_ARGS__>::transposed(std::span<const std::int64_t>) const;       \
+    template const_tensor_view view_algebra<__VA_ARGS__>::transposed(std::initializer_list<std::int64_t>) const; \
     template const_tensor_view view_algebra<__VA_ARGS__>::transposed() const;                                    \
-    template const_tensor_view view_algebra<__VA_ARGS__>::reshaped(std::span<const std::int64_t>) const;          \
-    template const_tensor_view view_algebra<__VA_ARGS__>::reshaped(std::initializer_list<std::int64_t>) const;    \
-    template const_tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::span<const std::int64_t>) const;      \
+    template const_tensor_view view_algebra<__VA_ARGS__>::reshaped(std::span<const std::int64_t>) const;         \
+    template const_tensor_view view_algebra<__VA_ARGS__>::reshaped(std::initializer_list<std::int64_t>) const;   \
+    template const_tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::span<const std::int64_t>) const;     \
     template const_tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::initializer_list<std::int64_t>) const;
 TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(const_tensor_view, const_tensor_view)
 #undef TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS
-#define TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(...)                                                               \
+#define TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(...)                                                                  \
     template tensor_view view_algebra<__VA_ARGS__>::slice(std::int64_t, std::int64_t, std::int64_t, std::int64_t) \
-        const;                                                                                                   \
-    template tensor_view view_algebra<__VA_ARGS__>::transposed(std::span<const std::int64_t>) const;             \
-    template tensor_view view_algebra<__VA_ARGS__>::transposed(std::initializer_list<std::int64_t>) const;       \
-    template tensor_view view_algebra<__VA_ARGS__>::transposed() const;                                         \
-    template tensor_view view_algebra<__VA_ARGS__>::reshaped(std::span<const std::int64_t>) const;               \
-    template tensor_view view_algebra<__VA_ARGS__>::reshaped(std::initializer_list<std::int64_t>) const;         \
-    template tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::span<const std::int64_t>) const;           \
+        const;                                                                                                    \
+    template tensor_view view_algebra<__VA_ARGS__>::transposed(std::span<const std::int64_t>) const;              \
+    template tensor_view view_algebra<__VA_ARGS__>::transposed(std::initializer_list<std::int64_t>) const;        \
+    template tensor_view view_algebra<__VA_ARGS__>::transposed() const;                                           \
+    template tensor_view view_algebra<__VA_ARGS__>::reshaped(std::span<const std::int64_t>) const;                \
+    template tensor_view view_algebra<__VA_ARGS__>::reshaped(std::initializer_list<std::int64_t>) const;          \
+    template tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::span<const std::int64_t>) const;            \
     template tensor_view view_algebra<__VA_ARGS__>::broadcast_to(std::initializer_list<std::int64_t>) const;
 TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS(tensor_view, tensor_view)
 #undef TENFERRO_VIEW_ALGEBRA_CONST_MEMBERS
