@@ -5,6 +5,7 @@
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
+#include "tenferro/batcher.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
