@@ -33,9 +33,8 @@ std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? "
 
 }  // namespace
 
-entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind,
-                       bool async_body) noexcept
-    : core_(std::move(core)), options_(options), kind_(kind), async_body_(async_body) {
+entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept
+    : core_(std::move(core)), options_(options), kind_(kind) {
     permits_ = options_.permits;
     starts_on_caller_ = kind_ == entry_kind::scope || options_.where == placement::caller;
     // Nothing to do between grant and hand-off: no hook (and with no observer

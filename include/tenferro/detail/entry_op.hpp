@@ -96,7 +96,7 @@ public:
     void drop() noexcept override;
 
 protected:
-    entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind, bool async_body) noexcept;
+    entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept;
     ~entry_base();
 
     /// Hands `run()` to the caller's associated executor (placement::caller):
@@ -154,7 +154,6 @@ private:
     std::shared_ptr<host_core> core_;
     session_options options_;
     entry_kind kind_;
-    bool async_body_;
     bool holds_permits_ = false;          // granted and announced to the observer
     std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
@@ -296,7 +295,7 @@ public:
 
     template <class H, class G>
     entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener)
-        : entry_base(std::move(core), options, Kind, traits::is_async),
+        : entry_base(std::move(core), options, Kind),
           opener_(std::move(opener)),
           handler_(std::forward<H>(handler)),
           ex_(asio::get_associated_executor(handler_)),
