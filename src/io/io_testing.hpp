@@ -1,5 +1,5 @@
 #pragma once
-// Test seams of the .npy operations (tests/unit/io_test.cpp): a hook called at
+// Test seams of the .npy operations (tests/io/io_test.cpp): a hook called at
 // fixed points of every operation, which may inject a failure, and a switch that
 // disables O_TMPFILE so that the named-temporary path of writes is exercised too.
 // Not part of the public API; process-wide; set them only while no operation runs.

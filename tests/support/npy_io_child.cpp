@@ -1,4 +1,4 @@
-// A helper process for tests/unit/io_test.cpp, which runs it where the test
+// A helper process for tests/io/io_test.cpp, which runs it where the test
 // itself cannot act: as another user (permission errors when the tests run as
 // root), or as a writer killed with SIGKILL in the middle of a write.
 //

@@ -15,7 +15,7 @@
 //    under it; a lock-free fast path was measured and did not pay on the
 //    workloads in bench/admission (the executor hops dominate).
 //
-// No Asio here: the queue is tested step by step in tests/unit/permit_queue_test.cpp.
+// No Asio here: the queue is tested step by step in tests/admission/permit_queue_test.cpp.
 
 #include <atomic>
 #include <condition_variable>
