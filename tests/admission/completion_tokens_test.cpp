@@ -16,6 +16,7 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
@@ -23,15 +24,7 @@ using namespace tenferro;
 using namespace asio::experimental::awaitable_operators;
 using tenferro::test::gate;
 using tenferro::test::run_until;
-
-namespace {
-template <class F>
-void spawn(asio::io_context& io, F f) {
-    asio::co_spawn(io, std::move(f), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-    });
-}
-}  // namespace
+using tenferro::test::spawn;
 
 TEST_CASE("use_future: the value, an admission error, and the body's exception") {
     test_host cpu({.permits = 1});

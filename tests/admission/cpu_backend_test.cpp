@@ -27,6 +27,7 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 #include "testing_access.hpp"
@@ -34,17 +35,11 @@
 using namespace tenferro;
 using tenferro::test::gate;
 using tenferro::test::run_until;
+using tenferro::test::spawn;
 
 namespace {
 
 constexpr session_options caller_placed{1, wait_policy::fifo, placement::caller};
-
-template <class F>
-void spawn(asio::io_context& io, F f) {
-    asio::co_spawn(io, std::move(f), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-    });
-}
 
 /// An async body that holds its permits until `release` is cancelled/expires.
 auto holder(asio::steady_timer& release, std::atomic<bool>& started) {

@@ -12,21 +12,14 @@
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
 using namespace asio::experimental::awaitable_operators;
 using tenferro::test::run_until;
-
-namespace {
-template <class F>
-void spawn(asio::io_context& io, F f) {
-    asio::co_spawn(io, std::move(f), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-    });
-}
-}  // namespace
+using tenferro::test::spawn;
 
 TEST_CASE("A scope admits once and its sessions reuse the permit without queueing") {
     asio::io_context io;

@@ -36,21 +36,16 @@
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
 using namespace tenferro;
 using tenferro::test::gate;
 using tenferro::test::run_until;
+using tenferro::test::spawn;
 
 namespace {
-
-template <class F>
-void spawn(asio::io_context& io, F f) {
-    asio::co_spawn(io, std::move(f), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-    });
-}
 
 constexpr session_options on_caller(std::size_t k = 1) { return {k, wait_policy::fifo, placement::caller}; }
 constexpr session_options on_compute(std::size_t k = 1) { return {k, wait_policy::fifo, placement::compute}; }

@@ -20,12 +20,6 @@ using namespace tenferro::test;
 
 namespace {
 
-cpu_backend_options two_permits() {
-    cpu_backend_options o;
-    o.permits = 2;
-    return o;
-}
-
 shape_t vec(std::span<const std::int64_t> s) { return shape_t(s.begin(), s.end()); }
 std::string str_of(const shape_t& s) { return to_string(std::span<const std::int64_t>(s)); }
 

@@ -18,12 +18,6 @@ using namespace tenferro::test;
 
 namespace {
 
-cpu_backend_options two_permits() {
-    cpu_backend_options o;
-    o.permits = 2;
-    return o;
-}
-
 const std::vector<std::int64_t> odd_sizes = {1, 3, 17, 1023, 65537};
 
 using binary_fn = tensor (backend_session::*)(const_tensor_view, const_tensor_view);

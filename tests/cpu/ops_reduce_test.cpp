@@ -16,12 +16,6 @@ using namespace tenferro::test;
 
 namespace {
 
-cpu_backend_options two_permits() {
-    cpu_backend_options o;
-    o.permits = 2;
-    return o;
-}
-
 enum class rop { sum, prod, max, min };
 
 const char* name_of(rop op) {

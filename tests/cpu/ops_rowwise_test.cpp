@@ -18,12 +18,6 @@ using namespace tenferro::test;
 
 namespace {
 
-cpu_backend_options two_permits() {
-    cpu_backend_options o;
-    o.permits = 2;
-    return o;
-}
-
 // Row-major strides of a shape.
 shape_t strides_of(const shape_t& shape) {
     shape_t s(shape.size(), 1);

@@ -16,12 +16,6 @@ using namespace tenferro::test;
 
 namespace {
 
-cpu_backend_options two_permits() {
-    cpu_backend_options o;
-    o.permits = 2;
-    return o;
-}
-
 const dtype all_dtypes[] = {dtype::f32, dtype::f64, dtype::i32, dtype::i64};
 
 // Integer-valued data so that every dtype holds it exactly.

@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 #include <hwy/targets.h>
 
+#include "hwy_targets.hpp"
+
 // The GEMM kernel against a naive triple loop in higher precision (double for f32, long double
 // for f64), on every compiled Highway target this CPU supports.
 //
@@ -33,14 +35,7 @@ namespace {
 
 namespace k = tenferro::kernels;
 
-template <class F>
-void for_each_target(F&& f) {
-    for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
-        f(target);
-    }
-    hwy::SetSupportedTargetsForTest(0);
-}
+using tenferro::test::for_each_target;
 
 template <class T>
 constexpr k::gemm_type type_of() {

@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 #include <hwy/targets.h>
 
+#include "hwy_targets.hpp"
+
 // Every compiled Highway target is checked against a higher-precision scalar reference: f32 results
 // against the double-precision std:: function, f64 results against the long double (x87, 64-bit
 // significand) one. Errors are measured in fractional ULPs of the exact result (the reference): a
@@ -47,14 +49,7 @@ bool verbose() {
     return v != nullptr && *v != '\0' && *v != '0';
 }
 
-template <class F>
-void for_each_target(F&& f) {
-    for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
-        f(target);
-    }
-    hwy::SetSupportedTargetsForTest(0);
-}
+using tenferro::test::for_each_target;
 
 // ------------------------------------------------------------------------------------------------
 // Functions under test and their references

@@ -1,8 +1,9 @@
 #pragma once
-// Helpers for the operation tests: running a body in a real cpu_backend
-// session (through asio::use_future, no coroutines), looping over every
-// compiled Highway target, building inputs in several memory layouts, reading
-// any view back in row-major order, and ULP distances.
+// Helpers for the operation tests: the backend they use, running a body in a
+// real cpu_backend session (through asio::use_future, no coroutines), looping
+// over every compiled Highway target (hwy_targets.hpp), building inputs in
+// several memory layouts, reading any view back in row-major order, and ULP
+// distances.
 
 #include <bit>
 #include <cmath>
@@ -19,8 +20,8 @@
 #include <vector>
 
 #include <asio/use_future.hpp>
-#include <hwy/targets.h>
 
+#include "hwy_targets.hpp"
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -54,17 +55,11 @@ std::string tensor_error_of(cpu_backend& cpu, F f) {
     return "(no exception)";
 }
 
-/// Calls `f(target_name)` once per Highway target compiled and supported here,
-/// with dispatch forced to that target; restores normal dispatch afterwards.
-template <class F>
-void for_each_target(F&& f) {
-    struct reset {
-        ~reset() { hwy::SetSupportedTargetsForTest(0); }
-    } guard;
-    for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
-        f(std::string(hwy::TargetName(target)));
-    }
+/// Options of a backend with two permits (the operation tests' backend).
+inline cpu_backend_options two_permits() {
+    cpu_backend_options o;
+    o.permits = 2;
+    return o;
 }
 
 inline std::int64_t count_of(const shape_t& shape) {

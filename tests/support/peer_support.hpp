@@ -29,6 +29,7 @@
 #include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 
+#include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
@@ -40,12 +41,7 @@ inline constexpr session_options on_caller(std::size_t k = 1) { return {k, wait_
 inline constexpr session_options try_on_caller(std::size_t k = 1) { return {k, wait_policy::never, placement::caller}; }
 
 /// co_spawn that rethrows a coroutine's escaping exception out of run()/poll().
-template <class Executor, class F>
-void spawn(Executor&& ex, F f) {
-    asio::co_spawn(std::forward<Executor>(ex), std::move(f), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-    });
-}
+using tenferro::test::spawn;
 
 /// Runs ready handlers until none is left (at most `max_handlers`). Returns
 /// false when the bound was hit: something keeps posting work forever.
