@@ -166,6 +166,11 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
     app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
         ->check(whole<std::size_t>(1, 4096))
         ->capture_default_str();
+    app.add_option_function<std::int64_t>(
+           "--batch-delay-us", [&mode](std::int64_t us) { mode.max_delay = std::chrono::microseconds(us); },
+           "wait up to this long for a batch to fill (0: never wait; batches form from what queues anyway)")
+        ->check(whole<std::int64_t>(0, 10'000'000))
+        ->default_str("0");
     app.add_option("--compute-nice", mode.compute_nice,
                    "nice value the compute workers give themselves, below the I/O threads' (0: leave them)")
         ->check(whole(0, 19))

@@ -1,16 +1,18 @@
 #pragma once
-// The search itself: each request enters one tenferro session; the session
-// scores the corpus against the query with one matmul and picks the best rows
-// with top_k. Concurrent queries that are waiting when a session starts are
-// folded into its matmul (up to `max_batch`), which reads the corpus once for
-// all of them; their own entries, still queued, are cancelled, so that no
-// permit is spent on a session with nothing left to do.
+// The search itself: each request is an item of a `tenferro::batcher`; each
+// batch's session scores the corpus against its queries with one matmul and
+// picks the best rows with top_k. Queries that arrive while the host is busy
+// wait in the batcher and are folded into the next session's matmul (up to
+// `max_batch`), which reads the corpus once for all of them; an idle server
+// answers each query in a session of its own, at once (no timer unless
+// `max_delay` asks for one: contract B1-B6, docs/design/batching.md).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
+#include <limits>
 #include <memory>
-#include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@
 
 namespace embedding_search {
 
+using clock_type = std::chrono::steady_clock;
+
 struct engine_options {
     /// Run every session body on the I/O thread that asked for it
     /// (`placement::caller`) instead of on tenferro's compute workers: the
@@ -31,6 +35,13 @@ struct engine_options {
     bool inline_compute = false;
     /// The most queries one session scores together (1: one query per matmul).
     std::size_t max_batch = 16;
+    /// 0: batch only what waits anyway (B1). Otherwise wait up to this long for
+    /// a batch to fill (B6: the timer policy of other servers, for comparison).
+    std::chrono::microseconds max_delay{0};
+    /// Load shedding: a query arriving while this many wait in the batcher is
+    /// answered `shed` (503) at once. (Checked without a lock held across the
+    /// submission: concurrent arrivals may overshoot it by a few.)
+    std::size_t max_waiting = std::numeric_limits<std::size_t>::max();
 };
 
 /// How one run of the server is set up.
@@ -38,8 +49,9 @@ struct server_mode {
     bool inline_compute = false;    ///< compute on the I/O threads (the baseline without admission)
     std::size_t io_threads = 1;
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
-    std::size_t max_waiters = 4096; ///< tenferro queue bound (503 beyond it)
+    std::size_t max_waiters = 4096; ///< queued searches beyond which requests get 503
     std::size_t max_batch = 16;
+    std::chrono::microseconds max_delay{0};  ///< see engine_options::max_delay
     /// Nice value the compute workers give themselves as they start (Linux:
     /// per thread, through `cpu_backend_options::on_worker_start`), so that a
     /// saturated compute pool yields the CPU to the I/O threads at once; 0
@@ -79,8 +91,10 @@ struct engine_snapshot {
     std::uint64_t batches = 0;          ///< sessions that computed at least one query
     std::uint64_t batched_queries = 0;  ///< queries computed
     std::uint64_t largest_batch = 0;
-    std::uint64_t handed_over = 0;  ///< queries answered by another request's session
+    std::uint64_t handed_over = 0;  ///< queries answered in a batch led by another request
     double busy_permit_seconds = 0.0;  ///< from the admission observer (0 without one)
+    tenferro::batch_stats batcher;     ///< the batcher's own counters
+    std::uint64_t shed = 0;            ///< queries refused at once: max_waiting were waiting
 };
 
 class search_engine {
@@ -110,25 +124,25 @@ public:
     engine_snapshot snapshot() const;
 
 private:
-    struct pending_query;
+    /// One query in the batcher: the query and when it arrived.
+    struct item {
+        search_query query;
+        clock_type::time_point entered;
+    };
+    using hits = std::vector<search_hit>;
 
-    void run_session(tenferro::backend_session& s, pending_query* own) noexcept;
-    void compute(tenferro::backend_session& s, const std::vector<std::shared_ptr<pending_query>>& batch) const;
-    bool withdraw(const pending_query* q);
-    template <class Handler>
-    static void post_to_owner(const asio::any_io_executor& owner, Handler&& handler);
+    std::vector<hits> compute(tenferro::backend_session& s, std::span<item> batch);
 
     tenferro::cpu_backend& cpu_;
     tenferro::tensor corpus_;
     engine_options options_;
     std::shared_ptr<permit_usage_observer> usage_;
 
-    std::mutex mutex_;
-    std::deque<std::shared_ptr<pending_query>> pending_;  // queries no session has taken yet, oldest first
-
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
-    std::atomic<std::uint64_t> sessions_{0}, batches_{0}, batched_queries_{0}, largest_batch_{0}, handed_over_{0};
+    std::atomic<std::uint64_t> sessions_{0}, batched_queries_{0}, shed_{0};
+    // Last: destroyed first, while what its bodies use is still alive.
+    tenferro::batcher<tenferro::cpu_backend, item, hits> batcher_;
 };
 
 }  // namespace embedding_search

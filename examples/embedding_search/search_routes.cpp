@@ -144,6 +144,13 @@ std::string search_routes::stats_json() const {
     w.field("max_batch", engine_.options().max_batch).field("sessions", e.sessions).field("batches", e.batches);
     w.field("queries", e.batched_queries).field("largest", e.largest_batch).field("handed_over", e.handed_over);
     w.field("mean", e.batches ? double(e.batched_queries) / double(e.batches) : 0.0);
+    w.field("max_delay_us", static_cast<std::int64_t>(engine_.options().max_delay.count()));
+    w.key("batcher").begin_object();
+    w.field("submitted", e.batcher.submitted).field("completed", e.batcher.completed);
+    w.field("cancelled", e.batcher.cancelled).field("rejected", e.batcher.rejected);
+    w.field("batches", e.batcher.batches).field("largest_batch", e.batcher.largest_batch);
+    w.field("waiting", e.batcher.waiting).field("shed", e.shed);
+    w.end_object();
     write_histogram(w, "compute_ms", e.batch_compute);
     w.end_object();
     const tf::cache_stats cache = cpu.default_cache().stats();

@@ -95,7 +95,8 @@ struct server_fixture {
     explicit server_fixture(server_options so = {}, std::size_t permits = 2, std::size_t max_waiters = 1000,
                             std::size_t max_batch = 8, bool inline_compute = false)
         : cpu(tf::cpu_backend_options{.permits = permits, .max_waiters = max_waiters}),
-          engine(cpu, test_corpus(), engine_options{.inline_compute = inline_compute, .max_batch = max_batch}),
+          engine(cpu, test_corpus(),
+                 engine_options{.inline_compute = inline_compute, .max_batch = max_batch, .max_waiting = max_waiters}),
           server(engine, with_port0(std::move(so))) {
         server.start();
     }
@@ -196,10 +197,13 @@ TEST_CASE("queued queries are scored together in one batch, each exactly", "[emb
                                          asio::use_future));
     }
     std::thread client([&io] { io.run(); });
-    const bool queued = eventually([&] { return f.cpu.stats().waiting == n; });
+    // All eight wait in the batcher behind its one session (B5: the host has one permit).
+    const bool queued = eventually([&] { return f.engine.snapshot().batcher.waiting == n; });
+    const std::size_t host_waiting = f.cpu.stats().waiting;
     hold.release();
     client.join();
     REQUIRE(queued);
+    CHECK(host_waiting == 1);
     for (int i = 0; i < n; ++i) {
         const http_reply reply = replies[std::size_t(i)].get();
         REQUIRE(reply.status == 200);
@@ -212,9 +216,11 @@ TEST_CASE("queued queries are scored together in one batch, each exactly", "[emb
     CHECK(s.largest_batch == n);  // the first admitted session took all eight
     CHECK(s.batched_queries == n);
     CHECK(s.handed_over == n - 1);
-    // The seven other entries were cancelled while still queued, or (if the
-    // batch finished first) admitted to a session with nothing left to do.
-    CHECK(s.sessions + f.cpu.stats().cancelled == n);
+    // One session, no entry wasted on a query another session took.
+    CHECK(s.sessions == 1);
+    CHECK(s.batcher.batches == 1);
+    CHECK(f.cpu.stats().cancelled == 0);
+    CHECK(s.batcher.submitted == s.batcher.completed);
 }
 
 TEST_CASE("inline mode computes on the I/O thread and returns the same results", "[embedding_search]") {
@@ -247,6 +253,12 @@ TEST_CASE("healthz and stats", "[embedding_search]") {
     // The second search reuses the first one's plan from the backend's runtime cache.
     CHECK(doc["runtime_cache"]["entries"].get_uint64().value() >= 1);
     CHECK(doc["runtime_cache"]["hits"].get_uint64().value() >= 1);
+    // The batcher's own counters (two searches, each a batch of one on an idle server: B1).
+    CHECK(doc["batching"]["batcher"]["submitted"].get_uint64().value() == 2);
+    CHECK(doc["batching"]["batcher"]["completed"].get_uint64().value() == 2);
+    CHECK(doc["batching"]["batcher"]["batches"].get_uint64().value() == 2);
+    CHECK(doc["batching"]["batcher"]["waiting"].get_uint64().value() == 0);
+    CHECK(doc["batching"]["max_delay_us"].get_int64().value() == 0);
 }
 
 TEST_CASE("every bad input gets its status code and names the field", "[embedding_search]") {
@@ -399,8 +411,11 @@ TEST_CASE("overload: beyond the queue bound requests get 503 with Retry-After, t
             asio::co_spawn(io, one(f.server.port(), search_request(queries[i], 5), answered), asio::use_future));
     }
     std::thread client([&io] { io.run(); });
-    // Two wait in the queue; the other four are shed at once.
-    const bool shed = eventually([&] { return answered.load() == n - 2 && f.cpu.stats().waiting == 2; });
+    // Two wait in the batcher (one session for them in the host's queue); the
+    // other four are shed at once.
+    const bool shed = eventually([&] {
+        return answered.load() == n - 2 && f.engine.snapshot().batcher.waiting == 2 && f.cpu.stats().waiting == 1;
+    });
     // The I/O thread is free meanwhile: health checks are answered.
     const http_reply health = f.call(make_request("GET", "/healthz"));
     hold.release();
@@ -423,7 +438,9 @@ TEST_CASE("overload: beyond the queue bound requests get 503 with Retry-After, t
     }
     CHECK(ok == 2);
     CHECK(unavailable == n - 2);
-    CHECK(f.cpu.stats().rejected == std::uint64_t(n - 2));
+    // Shed by the engine's bound on the batcher's waiting items, before the host.
+    CHECK(f.engine.snapshot().shed == std::uint64_t(n - 2));
+    CHECK(f.cpu.stats().rejected == 0);
 }
 
 TEST_CASE("idle and slow clients time out", "[embedding_search]") {
@@ -489,7 +506,7 @@ TEST_CASE("SIGTERM drains: requests in flight finish, idle connections close, ne
     }
     std::thread client([&io] { io.run(); });
     idle_ready.get_future().wait();
-    const bool queued = eventually([&] { return f.cpu.stats().waiting == 2; });
+    const bool queued = eventually([&] { return f.engine.snapshot().batcher.waiting == 2; });
 
     std::raise(SIGTERM);
     const bool refusing = eventually([&] {
@@ -955,6 +972,7 @@ TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what
         {{"--host", "not-an-ip"}, "'not-an-ip' is not an IP address; give an IPv4 or IPv6 address"},
         {{"--port", "70000"}, "--port"},
         {{"--batch", "0"}, "--batch: Value 0 not in range 1 to 4096"},
+        {{"--batch-delay-us", "-1"}, "--batch-delay-us: Value -1 not in range 0 to 10000000"},
         {{"--io-threads", "0"}, "--io-threads: Value 0 not in range 1 to 1024"},
         {{"--max-body", "0"}, "--max-body: Value 0 not in range 1 to"},
         {{"--compute-nice", "40"}, "--compute-nice: Value 40 not in range 0 to 19"},
