@@ -49,8 +49,7 @@
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include "tenferro/detail/entry_memory.hpp"
-#include "tenferro/detail/handoff.hpp"
+#include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/session_context.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_options.hpp"
@@ -124,33 +123,18 @@ protected:
     std::optional<session_result<Out>> result_;
 };
 
-/// The typed half of an item: handler, tracked work, cancellation slot.
+/// The typed half of an item: handler, tracked work, cancellation slot. Built
+/// from the library's operation toolkit (detail/async_op.hpp).
 template <class Handler, class Core>
 class batch_item_op final : public batch_item<typename Core::input_type, typename Core::output_type> {
     using In = typename Core::input_type;
     using Out = typename Core::output_type;
-    using base = batch_item<In, Out>;
-    using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
-    using allocator_type = typename std::allocator_traits<handler_allocator>::template rebind_alloc<batch_item_op>;
     using handler_executor = asio::associated_executor_t<Handler>;
     using work_executor = std::decay_t<decltype(asio::prefer(std::declval<handler_executor>(),
                                                              asio::execution::outstanding_work.tracked))>;
+    friend class op_handoff<batch_item_op>;
 
 public:
-    template <class H>
-    static batch_item_op* make(H&& handler, std::shared_ptr<Core> core, In&& input) {
-        allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
-        batch_item_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
-        try {
-            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::move(core),
-                                                             std::move(input));
-        } catch (...) {
-            std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
-            throw;
-        }
-        return op;
-    }
-
     template <class H>
     batch_item_op(H&& handler, std::shared_ptr<Core> core, In&& input)
         : handler_(std::forward<H>(handler)),
@@ -160,8 +144,8 @@ public:
         this->input.emplace(std::move(input));
     }
 
-    /// Installs the cancellation handler; called once the item is in the
-    /// waiting list (or about to be finished at once), before anyone else sees it.
+    /// Installs the cancellation handler; called once the item is about to
+    /// enter the waiting list, before anyone else sees it.
     void connect_cancellation() {
         slot_ = asio::get_associated_cancellation_slot(handler_);
         if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
@@ -180,53 +164,34 @@ private:
     struct cancel_handler {
         batch_item_op* op;
         void operator()(asio::cancellation_type_t type) const {
-            constexpr auto any =
-                asio::cancellation_type::terminal | asio::cancellation_type::partial | asio::cancellation_type::total;
-            if ((type & any) != asio::cancellation_type::none) op->core_->cancel(*op);
+            if (cancel_requested(type)) op->core_->cancel(*op);
         }
     };
 
-    /// Owns the op while it is queued on the item's executor.
-    struct completion {
-        batch_item_op* op;
-        explicit completion(batch_item_op* o) noexcept : op(o) {}
-        completion(completion&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
-        completion& operator=(completion&&) = delete;
-        ~completion() {
-            if (op != nullptr) {
-                // The executor dropped it (its context shut down): free quietly.
-                op->gate_.pass();
-                op->destroy();
-            }
-        }
-        void operator()() { std::exchange(op, nullptr)->upcall(); }
-    };
+    void deliver() noexcept override { op_handoff<batch_item_op>::post(ex_, this); }
 
-    void deliver() noexcept override {
-        try {
-            hand_off(ex_, this->gate_, completion(this), false);
-        } catch (...) {
-            // The executor refused the work; completion's destructor freed the op.
-        }
-    }
+    handoff_gate& gate() noexcept { return this->gate_; }
 
     /// On the item's executor: as Asio's own operations, clear the slot,
-    /// release the work, free the op, then call the handler.
+    /// release the work, pass the gate, free the op, then call the handler.
     void upcall() {
         if (slot_.is_connected()) slot_.clear();
+        auto alloc = allocator();
         Handler handler(std::move(handler_));
         std::exception_ptr e = std::move(this->exception_);
         session_result<Out> r = std::move(*this->result_);
         { const work_executor released(std::move(work_)); }
         this->gate_.pass();  // the poster has left the executor before the caller can see the result (S16)
-        destroy();
+        free_op(this, alloc);
         std::move(handler)(std::move(e), std::move(r));
     }
 
-    void destroy() noexcept {
-        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
-        std::allocator_traits<allocator_type>::destroy(alloc, this);
-        std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+    /// The executor dropped the completion unrun (its context shut down).
+    void discard() noexcept { free_op(this, allocator()); }
+
+    op_allocator_t<batch_item_op, Handler> allocator() const noexcept {
+        return op_allocator_t<batch_item_op, Handler>(
+            asio::get_associated_allocator(handler_, entry_allocator<void>()));
     }
 
     Handler handler_;
@@ -706,7 +671,7 @@ struct initiate_submit {
     template <class Handler>
     void operator()(Handler&& handler, typename Core::input_type item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, Core>;
-        op_type* op = op_type::make(std::forward<Handler>(handler), core, std::move(item));
+        op_type* op = make_op<op_type>(std::forward<Handler>(handler), core, std::move(item));
         // S7: submit is an entry. Inside a running session (a synchronous body
         // on this thread, or an asynchronous one whose executor the handler
         // carries) it is re-entry; inside an execution scope the batch's

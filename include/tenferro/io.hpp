@@ -76,7 +76,7 @@
 #include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include "tenferro/detail/handoff.hpp"
+#include "tenferro/detail/async_op.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -159,6 +159,7 @@ class npy_completion final : public Receiver {
     using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
     using work_executor = std::decay_t<decltype(asio::prefer(std::declval<const handler_executor&>(),
                                                              asio::execution::outstanding_work.tracked))>;
+    friend class op_handoff<npy_completion>;
 
 public:
     npy_completion(Handler&& handler, const IoExecutor& io_executor)
@@ -168,46 +169,50 @@ public:
 
     void complete(Args... args) noexcept override {
         outcome_.emplace(std::move(args)...);
-        // If the executor throws, nobody can be told; `deliver`'s destructor
-        // frees the operation either way.
-        try {
-            hand_off(executor_, gate_, deliver(this), false);
-        } catch (...) {
-        }
+        op_handoff<npy_completion>::post(executor_, this);
     }
 
-private:
-    /// Owns the operation while it is queued on the handler's executor.
-    struct deliver {
-        npy_completion* self;
-        explicit deliver(npy_completion* s) noexcept : self(s) {}
-        deliver(deliver&& other) noexcept : self(std::exchange(other.self, nullptr)) {}
-        deliver& operator=(deliver&&) = delete;
-        ~deliver() {
-            if (self != nullptr) {
-                self->gate_.pass();
-                delete self;  // the executor discarded it unrun
-            }
-        }
-        void operator()() { std::exchange(self, nullptr)->finish(); }  // passes the gate after the upcall
-    };
+    /// Frees an operation whose completion never started (making the
+    /// operation threw).
+    void abandon() noexcept { free_op(this, allocator()); }
 
-    /// Runs inside the handler's executor; passes the gate and frees the
-    /// operation after the upcall, for the reason given at entry_op::finish.
-    void finish() {
+private:
+    handoff_gate& gate() noexcept { return gate_; }
+
+    /// Runs inside the handler's executor: releases the tracked work, clears
+    /// the slot, calls the handler; the gate is passed and the memory freed
+    /// after the upcall with our cache, before it with the handler's own
+    /// allocator (the reason is given at entry_op::finish).
+    void upcall() {
+        auto alloc = allocator();
         Handler handler = std::move(handler_);
         std::tuple<Args...> outcome = std::move(*outcome_);
         { const work_executor released(std::move(work_)); }  // before the upcall
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected()) slot.clear();
-        struct after_upcall {
-            npy_completion* self;
-            ~after_upcall() {
-                self->gate_.pass();
-                delete self;
-            }
-        } const done{this};
-        std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+        if constexpr (uses_entry_cache_v<Handler>) {
+            struct after_upcall {
+                npy_completion* self;
+                decltype(alloc) a;
+                ~after_upcall() {
+                    self->gate_.pass();
+                    free_op(self, a);
+                }
+            } const done{this, alloc};
+            std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+        } else {
+            gate_.pass();
+            free_op(this, alloc);
+            std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+        }
+    }
+
+    /// The executor discarded the completion unrun.
+    void discard() noexcept { free_op(this, allocator()); }
+
+    op_allocator_t<npy_completion, Handler> allocator() const noexcept {
+        return op_allocator_t<npy_completion, Handler>(
+            asio::get_associated_allocator(handler_, entry_allocator<void>()));
     }
 
     Handler handler_;
@@ -222,26 +227,25 @@ template <class Slot>
 void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
     if (slot.is_connected()) {
         slot.assign([op](asio::cancellation_type_t type) {
-            if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial |
-                         asio::cancellation_type::total)) != asio::cancellation_type::none)
-                op->cancel();
+            if (cancel_requested(type)) op->cancel();
         });
     }
     op->start();
 }
 
-/// Allocates the completion that owns `handler`, makes the operation with it
+/// Allocates the completion that owns `handler` (with the handler's associated
+/// allocator, detail/async_op.hpp), makes the operation with it
 /// (`make_op(receiver)`; if that throws, the completion is freed and the
 /// handler never called) and starts it under the handler's cancellation slot.
 template <class Completion, class Handler, class IoExecutor, class MakeOp>
-void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, MakeOp make_op) {
+void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, MakeOp make_npy_op) {
     auto slot = asio::get_associated_cancellation_slot(handler);
-    auto* receiver = new Completion(std::move(handler), io_executor);
+    Completion* receiver = make_op<Completion>(std::move(handler), io_executor);
     std::shared_ptr<npy_operation> op;
     try {
-        op = make_op(*receiver);
+        op = make_npy_op(*receiver);
     } catch (...) {
-        delete receiver;
+        receiver->abandon();
         throw;
     }
     start_npy_operation(slot, std::move(op));

@@ -50,9 +50,8 @@
 #include <asio/recycling_allocator.hpp>
 #include <asio/system_executor.hpp>
 
+#include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/compute_pool.hpp"
-#include "tenferro/detail/entry_memory.hpp"
-#include "tenferro/detail/handoff.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -264,7 +263,7 @@ class entry_op final : public entry_base {
     using result_type = session_result<R>;
     // The handler's own allocator if it names one, else our per-thread cache.
     using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
-    using allocator_type = typename std::allocator_traits<handler_allocator>::template rebind_alloc<entry_op>;
+    using allocator_type = op_allocator_t<entry_op, Handler>;
     using handler_executor = asio::associated_executor_t<Handler>;
     using work_executor = std::decay_t<decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
                                                              asio::execution::outstanding_work.tracked))>;
@@ -277,15 +276,8 @@ public:
     /// per-thread entry cache by default) and starts admission.
     template <class H, class G>
     static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener) {
-        allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
-        entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
-        try {
-            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::forward<G>(body),
-                                                             std::move(core), options, std::move(opener));
-        } catch (...) {
-            std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
-            throw;
-        }
+        entry_op* op = make_op<entry_op>(std::forward<H>(handler), std::forward<G>(body), std::move(core), options,
+                                         std::move(opener));
         // The context of the initiating side: a synchronous body running on
         // this thread, or the coroutine-local context of the handler's executor.
         session_context* ctx = current_sync_context();
@@ -313,27 +305,17 @@ private:
         explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
         void operator()(asio::cancellation_type_t type) const {
-            constexpr auto any =
-                asio::cancellation_type::terminal | asio::cancellation_type::partial | asio::cancellation_type::total;
-            if ((type & any) != asio::cancellation_type::none) op->cancel_waiting();
+            if (cancel_requested(type)) op->cancel_waiting();
         }
     };
 
-    /// Owns the op while a posted function is in flight: destroyed without
-    /// being called (its executor shut down), it still frees the op.
-    struct completion_handler {
-        entry_op* op;
-        explicit completion_handler(entry_op* o) noexcept : op(o) {}
-        completion_handler(completion_handler&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
-        completion_handler& operator=(completion_handler&&) = delete;
-        ~completion_handler() {
-            if (op != nullptr) {
-                op->gate_.pass();
-                op->destroy();
-            }
-        }
-        void operator()() { std::exchange(op, nullptr)->finish(); }  // passes the gate after the upcall
-    };
+    // The completion is handed to the caller's executor as an op_handoff
+    // (async_op.hpp): destroyed unrun (its executor shut down), it still frees
+    // the op; invoked, it runs finish(), which passes the gate after the upcall.
+    friend class op_handoff<entry_op>;
+    handoff_gate& gate() noexcept { return gate_; }
+    void upcall() { finish(); }
+    void discard() noexcept { destroy(); }
 
     /// Runs the body on the caller's executor (placement::caller).
     struct caller_runner {
@@ -502,7 +484,7 @@ private:
         // The function object owns the op, so even an executor that discards
         // it frees the op; if the executor throws, nobody can be told. The
         // posted function itself counts as work while it is queued.
-        hop(may_dispatch, completion_handler(this));
+        hop(may_dispatch, op_handoff<entry_op>(this));
     }
 
     /// On the handler's executor: clear the slot, release the tracked work,
@@ -573,10 +555,7 @@ private:
     // handler may start the next operation in the same recycled block; we do
     // so for handlers with their own allocator, and after the upcall with our
     // per-thread cache, which keeps a few blocks (see finish()).
-    void destroy(allocator_type alloc) noexcept {
-        std::allocator_traits<allocator_type>::destroy(alloc, this);
-        std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
-    }
+    void destroy(allocator_type alloc) noexcept { free_op(this, alloc); }
 
     [[no_unique_address]] Opener opener_;
     Handler handler_;
