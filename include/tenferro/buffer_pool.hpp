@@ -31,7 +31,7 @@ struct buffer_pool_stats {
 /// per-class free lists that retain at most `capacity_bytes` in total.
 ///
 /// - `allocate(n, align)` serves the smallest class that fits `n` (at least
-///   256 bytes) from its free list, or from `::operator new` with at least
+///   256 bytes) from its free list, or from the global `operator new` with at least
 ///   64-byte alignment. Alignments above 64 bypass the pool.
 /// - `deallocate` puts the block on its class's free list when the retained
 ///   total stays within the cap, and frees it otherwise (counted as

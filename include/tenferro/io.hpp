@@ -90,7 +90,7 @@ struct npy_read_options {
     /// The largest header (the dict after the length field) accepted; a longer one
     /// fails with `npy_errc::header_too_large`. numpy writes ~128 bytes for rank <= 8.
     std::uint32_t max_header_bytes = 64 * 1024;
-    /// Where the tensor's storage comes from (see `tensor::empty`); null: `::operator new`.
+    /// Where the tensor's storage comes from (see `tensor::empty`); null: the global `operator new`.
     /// A `buffer_pool` here lets repeated loads reuse memory that is already faulted in,
     /// which for large files costs more than the copy from the page cache itself
     /// (docs/io.md).
