@@ -1,0 +1,134 @@
+// GEMM: packing of A blocks and B panels, per Highway target.
+//
+// Per-target code of the GEMM kernel: included by gemm.cpp once per Highway
+// target (foreach_target), hence the toggling include guard of Highway's own
+// -inl.h files instead of #pragma once. See gemm_plan.hpp for the map.
+
+#if defined(TENFERRO_KERNELS_GEMM_PACK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TENFERRO_KERNELS_GEMM_PACK_INL_H_
+#undef TENFERRO_KERNELS_GEMM_PACK_INL_H_
+#else
+#define TENFERRO_KERNELS_GEMM_PACK_INL_H_
+#endif
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include "kernels/gemm_plan.hpp"
+#include "kernels/gemm_tile-inl.h"  // the tile shape (nr_cols, mr_rows) the panels are packed for
+
+HWY_BEFORE_NAMESPACE();
+namespace tenferro::kernels::HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+namespace gd = gemm_detail;
+
+// ------------------------------------------------------------------------------------------------
+// Packing
+// ------------------------------------------------------------------------------------------------
+
+// B micro-panels: columns [j, j + nr) of a kc-deep slice, stored p-major (nr values per p),
+// zero-padded past `cols`. `b` points at (p0, j0) of the slice.
+template <class T>
+void pack_b_panel(const T* b, std::int64_t brs, std::int64_t bcs, std::int64_t kc, std::int64_t cols, T* dst) {
+    constexpr std::int64_t nr = static_cast<std::int64_t>(nr_cols<T>());
+    if (bcs == 1) {
+        // Row-contiguous B: copy 8 rows at a time across all full micro-panels, so that the reads
+        // run along B's rows (one sequential stream per row) instead of down a column (one cache
+        // line per row, a page apart when B is wide).
+        const hn::ScalableTag<T> d;
+        constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+        const std::int64_t full = cols / nr * nr;
+        for (std::int64_t p0 = 0; p0 < kc; p0 += 8) {
+            const std::int64_t p1 = std::min(kc, p0 + 8);
+            for (std::int64_t j = 0; j < full; j += nr) {
+                T* o = dst + j * kc;
+                for (std::int64_t p = p0; p < p1; ++p) {
+                    const T* s = b + p * brs + j;
+                    for (std::int64_t v = 0; v < static_cast<std::int64_t>(nv); ++v)
+                        hn::Store(hn::LoadU(d, s + v * L), d, o + p * nr + v * L);
+                }
+            }
+        }
+        if (full == cols) return;
+        b += full;
+        dst += full * kc;
+        cols -= full;
+    }
+    for (std::int64_t j = 0; j < cols; j += nr, dst += nr * kc) {
+        const std::int64_t w = std::min(nr, cols - j);
+        const T* src = b + j * bcs;
+        if (bcs == 1 && w == nr) {
+            const hn::ScalableTag<T> d;
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                for (std::size_t v = 0; v < nv; ++v) hn::Store(hn::LoadU(d, s + v * lanes<T>()), d, o + v * lanes<T>());
+            }
+        } else if (brs == 1 && bcs != 0) {
+            // Columns are contiguous in p (B column-major, e.g. a transposed row-major matrix).
+            for (std::int64_t jj = 0; jj < w; ++jj) {
+                const T* s = src + jj * bcs;
+                for (std::int64_t p = 0; p < kc; ++p) dst[p * nr + jj] = s[p];
+            }
+            for (std::int64_t p = 0; p < kc; ++p)
+                for (std::int64_t jj = w; jj < nr; ++jj) dst[p * nr + jj] = T(0);
+        } else {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                std::int64_t jj = 0;
+                for (; jj < w; ++jj) o[jj] = s[jj * bcs];
+                for (; jj < nr; ++jj) o[jj] = T(0);
+            }
+        }
+    }
+}
+
+// A micro-panels: rows [i, i + mr) of a kc-deep slice, stored p-major (mr values per p),
+// zero-padded past `rows`. `a` points at (i0, p0).
+template <class T>
+void pack_a_block(const T* a, std::int64_t ars, std::int64_t acs, std::int64_t rows, std::int64_t kc, T* dst) {
+    constexpr std::int64_t mr = static_cast<std::int64_t>(mr_rows);
+    for (std::int64_t i = 0; i < rows; i += mr, dst += mr * kc) {
+        const std::int64_t h = std::min(mr, rows - i);
+        const T* src = a + i * ars;
+        if (ars == 1 && h == mr) {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * acs;
+                T* o = dst + p * mr;
+                for (std::int64_t r = 0; r < mr; ++r) o[r] = s[r];
+            }
+        } else if (acs == 1) {
+            // Rows contiguous in p (A row-major): read h rows side by side.
+            const T* rowp[mr];
+            for (std::int64_t r = 0; r < h; ++r) rowp[r] = src + r * ars;
+            for (std::int64_t p = 0; p < kc; ++p) {
+                T* o = dst + p * mr;
+                std::int64_t r = 0;
+                for (; r < h; ++r) o[r] = rowp[r][p];
+                for (; r < mr; ++r) o[r] = T(0);
+            }
+        } else {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * acs;
+                T* o = dst + p * mr;
+                std::int64_t r = 0;
+                for (; r < h; ++r) o[r] = s[r * ars];
+                for (; r < mr; ++r) o[r] = T(0);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tenferro::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TENFERRO_KERNELS_GEMM_PACK_INL_H_
