@@ -115,6 +115,7 @@ asio::awaitable<bool> http_client::closed_by_peer() {
 
 void http_client::finish_header() {
     if (iequals(field_, "retry-after")) reply_.retry_after = value_;
+    if (iequals(field_, "content-type")) reply_.content_type = value_;
     field_.clear();
     value_.clear();
     in_value_ = false;

@@ -19,6 +19,7 @@ struct http_reply {
     int status = 0;
     std::string body;
     std::string retry_after;  ///< the Retry-After header, if any
+    std::string content_type;  ///< the Content-Type header, if any
     bool keep_alive = false;  ///< the server keeps the connection open
 };
 

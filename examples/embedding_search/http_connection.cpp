@@ -203,7 +203,9 @@ asio::awaitable<bool> http_connection::write_response(const http_response& r, bo
     head_ += std::to_string(r.status);
     head_ += ' ';
     head_ += reason_phrase(r.status);
-    head_ += "\r\nContent-Type: application/json\r\nContent-Length: ";
+    head_ += "\r\nContent-Type: ";
+    head_ += r.content_type;
+    head_ += "\r\nContent-Length: ";
     head_ += std::to_string(r.body.size());
     head_ += "\r\n";
     if (!keep_alive) {

@@ -32,6 +32,7 @@ struct http_response {
     bool close = false;        // close the connection after this response
     bool retry_after = false;  // 503: tell the client when to come back
     std::string_view allow;    // 405: the allowed method
+    std::string_view content_type = "application/json";
 };
 
 /// The server's JSON error body, `{"error": {"field": ..., "message": ...}}`

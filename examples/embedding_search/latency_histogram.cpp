@@ -13,6 +13,7 @@ histogram_snapshot latency_histogram::snapshot() const {
         s.total += s.counts[i];
     }
     s.max_ns = max_ns_.load(std::memory_order_relaxed);
+    s.sum_ns = sum_ns_.load(std::memory_order_relaxed);
     return s;
 }
 
@@ -37,6 +38,7 @@ histogram_snapshot histogram_snapshot::since(const histogram_snapshot& earlier) 
         d.counts[i] = counts[i] - (i < earlier.counts.size() ? earlier.counts[i] : 0);
         d.total += d.counts[i];
     }
+    d.sum_ns = sum_ns - earlier.sum_ns;
     // The window's maximum is not recoverable from two snapshots; the largest
     // non-empty bucket's edge bounds it.
     for (std::size_t i = d.counts.size(); i-- > 0;) {

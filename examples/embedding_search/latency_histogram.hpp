@@ -18,6 +18,7 @@ struct histogram_snapshot {
     std::vector<std::uint64_t> counts;
     std::uint64_t total = 0;
     std::uint64_t max_ns = 0;
+    std::uint64_t sum_ns = 0;  ///< of every sample (exact; for the Prometheus `_sum`)
 
     /// The smallest bucket upper edge below which a fraction `q` of the samples
     /// lie (nanoseconds; 0 when empty). Conservative: never below the true value.
@@ -35,6 +36,7 @@ public:
 
     void record(std::uint64_t ns) noexcept {
         buckets_[index_of(ns)].fetch_add(1, std::memory_order_relaxed);
+        sum_ns_.fetch_add(ns, std::memory_order_relaxed);
         std::uint64_t seen = max_ns_.load(std::memory_order_relaxed);
         while (ns > seen && !max_ns_.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
         }
@@ -60,6 +62,7 @@ public:
 private:
     std::array<std::atomic<std::uint64_t>, bucket_count> buckets_{};
     std::atomic<std::uint64_t> max_ns_{0};
+    std::atomic<std::uint64_t> sum_ns_{0};
 };
 
 }  // namespace embedding_search

@@ -102,6 +102,8 @@ asio::awaitable<search_outcome> search_engine::search(search_query query) {
         // `contended` is the queue bound (max_waiters); `executor` means the
         // backend (or the engine) is shutting down: shed the query.
         const auto code = r.error().code();
+        if (const auto i = static_cast<std::size_t>(code); i < rejected_by_reason_.size())
+            rejected_by_reason_[i].fetch_add(1, std::memory_order_relaxed);
         outcome.status = code == tf::session_entry_errc::contended || code == tf::session_entry_errc::executor
                              ? search_status::shed
                              : search_status::failed;
@@ -152,6 +154,8 @@ engine_snapshot search_engine::snapshot() const {
     s.batch_compute = batch_compute_.snapshot();
     s.batcher = batcher_.stats();
     s.shed = shed_.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < s.rejected_by_reason.size(); ++i)
+        s.rejected_by_reason[i] = rejected_by_reason_[i].load(std::memory_order_relaxed);
     s.sessions = sessions_.load(std::memory_order_relaxed);
     s.batches = s.batcher.batches;
     s.batched_queries = batched_queries_.load(std::memory_order_relaxed);

@@ -7,6 +7,7 @@
 // answers each query in a session of its own, at once (no timer unless
 // `max_delay` asks for one: contract B1-B6, docs/design/batching.md).
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -95,6 +96,9 @@ struct engine_snapshot {
     double busy_permit_seconds = 0.0;  ///< from the admission observer (0 without one)
     tenferro::batch_stats batcher;     ///< the batcher's own counters
     std::uint64_t shed = 0;            ///< queries refused at once: max_waiting were waiting
+    /// Queries completed with an admission error, by `session_entry_errc`
+    /// (index: the code's value, 1 = reentered ... 6 = cancelled).
+    std::array<std::uint64_t, 7> rejected_by_reason{};
 };
 
 class search_engine {
@@ -141,6 +145,7 @@ private:
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
     std::atomic<std::uint64_t> sessions_{0}, batched_queries_{0}, shed_{0};
+    std::array<std::atomic<std::uint64_t>, 7> rejected_by_reason_{};
     // Last: destroyed first, while what its bodies use is still alive.
     tenferro::batcher<tenferro::cpu_backend, item, hits> batcher_;
 };

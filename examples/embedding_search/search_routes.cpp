@@ -9,6 +9,7 @@
 
 #include "http_server.hpp"
 #include "json_writer.hpp"
+#include "metrics_page.hpp"
 
 namespace tf = tenferro;
 using clock_type = std::chrono::steady_clock;
@@ -44,6 +45,17 @@ asio::awaitable<http_response> search_routes::handle(std::string_view method, st
         }
         r = co_await handle_search(body);
         if (r.status == 200) search_latency_.record(clock_type::now() - received);
+        co_return r;
+    }
+    if (path == "/metrics") {
+        if (method != "GET") {
+            r.status = 405;
+            r.allow = "GET";
+            r.body = error_body("method", "use GET for /metrics");
+            co_return r;
+        }
+        r.body = render_metrics(engine_, server_.snapshot());
+        r.content_type = prometheus_content_type;
         co_return r;
     }
     if (path == "/healthz" || path == "/v1/stats") {

@@ -1,6 +1,7 @@
 #pragma once
 // What the server answers, request by request: POST /v1/search (through the
-// engine), GET /v1/stats (the body built here), GET /healthz, 404 and 405
+// engine), GET /v1/stats (the body built here), GET /metrics (Prometheus,
+// metrics_page.hpp), GET /healthz, 404 and 405
 // otherwise. No sockets: the connection (http_connection.hpp) reads the request
 // and writes the `http_response` returned here.
 

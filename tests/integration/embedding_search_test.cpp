@@ -1006,3 +1006,103 @@ TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what
         CHECK_THAT(r.err, Catch::Contains("--generate: Value 0 not in range 1 to"));
     }
 }
+
+namespace {
+
+/// Parses a /metrics page with the Prometheus project's own Python client
+/// (Debian's python3-prometheus-client, installed by ./dev) and returns every
+/// sample as `name{label="value",...}` (labels sorted) -> value, as JSON.
+std::string parse_with_prometheus_client(const std::string& page) {
+    temp_dir dir;
+    const std::filesystem::path in = dir.path / "metrics.txt";
+    const std::filesystem::path out = dir.path / "samples.json";
+    {
+        std::FILE* f = std::fopen(in.c_str(), "wb");
+        REQUIRE(f != nullptr);
+        std::fwrite(page.data(), 1, page.size(), f);
+        std::fclose(f);
+    }
+    const std::string script =
+        "import json, sys\n"
+        "from prometheus_client.parser import text_string_to_metric_families\n"
+        "samples = {}\n"
+        "for family in text_string_to_metric_families(open(sys.argv[1]).read()):\n"
+        "    for s in family.samples:\n"
+        "        labels = ','.join('%s=\"%s\"' % (k, v) for k, v in sorted(s.labels.items()))\n"
+        "        samples[s.name + ('{' + labels + '}' if labels else '')] = s.value\n"
+        "json.dump(samples, open(sys.argv[2], 'w'))\n";
+    const std::filesystem::path py = dir.path / "parse.py";
+    {
+        std::FILE* f = std::fopen(py.c_str(), "wb");
+        REQUIRE(f != nullptr);
+        std::fwrite(script.data(), 1, script.size(), f);
+        std::fclose(f);
+    }
+    const std::string command = "/usr/bin/python3 " + py.string() + " " + in.string() + " " + out.string();
+    const int rc = std::system(command.c_str());
+    INFO("python3-prometheus-client must be installed (./dev installs it): " << command);
+    REQUIRE(rc == 0);
+    std::FILE* f = std::fopen(out.c_str(), "rb");
+    REQUIRE(f != nullptr);
+    std::string json;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+    std::fclose(f);
+    return json;
+}
+
+double sample_of(simdjson::dom::element samples, const std::string& key) {
+    simdjson::dom::element v;
+    INFO("sample " << key);
+    REQUIRE_FALSE(samples[key].get(v));
+    return v.get_double().value();
+}
+
+}  // namespace
+
+TEST_CASE("GET /metrics is Prometheus text format, parsed by the real client; counters move", "[embedding_search]") {
+    server_fixture f;
+    const http_reply first = f.call(make_request("GET", "/metrics"));
+    REQUIRE(first.status == 200);
+    CHECK(first.content_type == "text/plain; version=0.0.4; charset=utf-8");
+    for (int i = 0; i < 3; ++i)
+        REQUIRE(f.call(search_request(query_near_row(test_corpus(), 10 + i, 0.5, 1), 3)).status == 200);
+    f.call(make_request("GET", "/healthz"));
+    const http_reply second = f.call(make_request("GET", "/metrics"));
+    REQUIRE(second.status == 200);
+    CHECK(f.call(make_request("POST", "/metrics", "{}")).status == 405);
+
+    const std::string before_json = parse_with_prometheus_client(first.body);
+    const std::string after_json = parse_with_prometheus_client(second.body);
+    simdjson::dom::parser p1, p2;
+    simdjson::dom::element before, after;
+    REQUIRE_FALSE(p1.parse(before_json).get(before));
+    REQUIRE_FALSE(p2.parse(after_json).get(after));
+
+    // (A labelled sample appears with its first occurrence: absent before means 0.)
+    auto moved = [&](const std::string& key) {
+        simdjson::dom::element v;
+        const double was = before[key].get(v) ? 0.0 : v.get_double().value();
+        return sample_of(after, key) - was;
+    };
+    CHECK(sample_of(after, "tenferro_admission_permits{host=\"cpu\"}") == 2);
+    CHECK(moved("tenferro_admission_admitted_total{host=\"cpu\"}") == 3);
+    CHECK(moved("tenferro_admission_completed_total{host=\"cpu\"}") == 3);
+    CHECK(moved("tenferro_batcher_submitted_total") == 3);
+    CHECK(moved("tenferro_batcher_completed_total") == 3);
+    CHECK(moved("tenferro_batcher_batches_total") == 3);  // an idle server: batches of one (B1)
+    CHECK(sample_of(after, "tenferro_batcher_waiting") == 0);
+    CHECK(moved("tenferro_http_request_duration_seconds_count{route=\"/v1/search\"}") == 3);
+    CHECK(moved("tenferro_http_request_duration_seconds_count{route=\"/healthz\"}") == 1);
+    // Responses are counted once written: the first scrape's own 200 is in the second.
+    CHECK(moved("tenferro_http_requests_total{code=\"200\"}") >= 5);
+    // A histogram's +Inf bucket is its count, and its buckets never decrease.
+    CHECK(sample_of(after, "tenferro_http_request_duration_seconds_bucket{le=\"+Inf\",route=\"/v1/search\"}") ==
+          sample_of(after, "tenferro_http_request_duration_seconds_count{route=\"/v1/search\"}"));
+    CHECK(sample_of(after, "tenferro_http_request_duration_seconds_bucket{le=\"0.001\",route=\"/v1/search\"}") <=
+          sample_of(after, "tenferro_http_request_duration_seconds_bucket{le=\"10\",route=\"/v1/search\"}"));
+    CHECK(sample_of(after, "tenferro_search_rejected_total{reason=\"contended\"}") == 0);
+    CHECK(sample_of(after, "process_resident_memory_bytes") > 0);
+    CHECK(sample_of(after, "process_open_fds") > 0);
+    CHECK(sample_of(after, "process_start_time_seconds") > 1.6e9);
+}

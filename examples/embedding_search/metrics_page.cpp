@@ -1,0 +1,246 @@
+// GET /metrics (metrics_page.hpp).
+
+#include "metrics_page.hpp"
+
+#include <unistd.h>
+#include <sys/resource.h>
+
+#include <array>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace tf = tenferro;
+
+namespace embedding_search {
+
+namespace {
+
+std::string number(double v) {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    // Integers print without exponent or fraction; others with enough digits to round-trip.
+    if (v == std::floor(v) && std::fabs(v) < 1e15) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.0f", v);
+        return buf;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
+// Prometheus' default buckets (0.005 ... 10 s) with finer ones below 5 ms:
+// a search on a warm corpus takes a few milliseconds, a health check microseconds.
+constexpr std::array<double, 16> bucket_bounds_s = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                    0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0,  10.0};
+
+/// What /proc says about this process: CPU seconds, resident and virtual bytes,
+/// start time (seconds since the epoch), open and maximum descriptors.
+struct process_basics {
+    double cpu_seconds = 0, resident_bytes = 0, virtual_bytes = 0, start_time_seconds = 0;
+    double open_fds = 0, max_fds = 0;
+};
+
+process_basics read_process_basics() {
+    process_basics p;
+    rusage ru{};
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        p.cpu_seconds = double(ru.ru_utime.tv_sec) + double(ru.ru_stime.tv_sec) +
+                        (double(ru.ru_utime.tv_usec) + double(ru.ru_stime.tv_usec)) / 1e6;
+    }
+    const double page = double(sysconf(_SC_PAGESIZE));
+    if (std::ifstream statm("/proc/self/statm"); statm) {
+        double size = 0, resident = 0;
+        statm >> size >> resident;
+        p.virtual_bytes = size * page;
+        p.resident_bytes = resident * page;
+    }
+    // Start time: field 22 of /proc/self/stat (clock ticks after boot) plus the boot time.
+    if (std::ifstream stat("/proc/self/stat"); stat) {
+        std::string line;
+        std::getline(stat, line);
+        const auto close = line.rfind(')');
+        if (close != std::string::npos) {
+            std::istringstream rest(line.substr(close + 2));
+            std::string field;
+            for (int i = 3; i <= 22 && rest >> field; ++i) {
+                if (i == 22) {
+                    double btime = 0;
+                    std::ifstream proc_stat("/proc/stat");
+                    std::string key;
+                    while (proc_stat >> key) {
+                        if (key == "btime") {
+                            proc_stat >> btime;
+                            break;
+                        }
+                    }
+                    p.start_time_seconds = btime + std::stod(field) / double(sysconf(_SC_CLK_TCK));
+                }
+            }
+        }
+    }
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+        p.open_fds += 1;
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0) p.max_fds = double(limit.rlim_cur);
+    return p;
+}
+
+}  // namespace
+
+prometheus_writer& prometheus_writer::family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;  // (plain text without backslashes or newlines)
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+    return *this;
+}
+
+prometheus_writer& prometheus_writer::sample(std::string_view name, std::string_view labels, double value) {
+    out_ += name;
+    if (!labels.empty()) {
+        out_ += '{';
+        out_ += labels;
+        out_ += '}';
+    }
+    out_ += ' ';
+    out_ += number(value);
+    out_ += '\n';
+    return *this;
+}
+
+prometheus_writer& prometheus_writer::histogram(std::string_view name, std::string_view labels,
+                                                const histogram_snapshot& h) {
+    const std::string bucket = std::string(name) + "_bucket";
+    const std::string prefix = labels.empty() ? std::string() : std::string(labels) + ",";
+    std::size_t i = 0;
+    std::uint64_t cumulative = 0;
+    for (const double bound : bucket_bounds_s) {
+        const auto bound_ns = static_cast<std::uint64_t>(bound * 1e9);
+        while (i < h.counts.size() && latency_histogram::upper_edge(int(i)) <= bound_ns) cumulative += h.counts[i++];
+        sample(bucket, prefix + "le=\"" + number(bound) + "\"", double(cumulative));
+    }
+    sample(bucket, prefix + "le=\"+Inf\"", double(h.total));
+    sample(std::string(name) + "_sum", labels, double(h.sum_ns) / 1e9);
+    sample(std::string(name) + "_count", labels, double(h.total));
+    return *this;
+}
+
+std::string prometheus_writer::escape(std::string_view value) {
+    std::string out;
+    for (const char c : value) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string render_metrics(search_engine& engine, const server_snapshot& s) {
+    const engine_snapshot e = engine.snapshot();
+    tf::cpu_backend& cpu = engine.backend();
+    const tf::admission_stats a = cpu.stats();
+    const std::string host = "host=\"" + prometheus_writer::escape(cpu.name()) + "\"";
+
+    prometheus_writer w;
+    // Admission, per host (the library's stats()).
+    w.family("tenferro_admission_permits", "gauge", "Permits of the host.")
+        .sample("tenferro_admission_permits", host, double(a.permits));
+    w.family("tenferro_admission_available", "gauge", "Permits free right now.")
+        .sample("tenferro_admission_available", host, double(a.available));
+    w.family("tenferro_admission_waiting", "gauge", "Entries queued for permits right now.")
+        .sample("tenferro_admission_waiting", host, double(a.waiting));
+    w.family("tenferro_admission_admitted_total", "counter", "Entries granted their permits.")
+        .sample("tenferro_admission_admitted_total", host, double(a.admitted));
+    w.family("tenferro_admission_completed_total", "counter", "Entries whose body finished.")
+        .sample("tenferro_admission_completed_total", host, double(a.completed));
+    w.family("tenferro_admission_rejected_total", "counter",
+             "Entries completed with an admission error other than cancelled.")
+        .sample("tenferro_admission_rejected_total", host, double(a.rejected));
+    w.family("tenferro_admission_cancelled_total", "counter", "Entries cancelled while waiting.")
+        .sample("tenferro_admission_cancelled_total", host, double(a.cancelled));
+    w.family("tenferro_admission_busy_permit_seconds_total", "counter",
+             "Permit-seconds held by running sessions (from an admission_observer).")
+        .sample("tenferro_admission_busy_permit_seconds_total", host, e.busy_permit_seconds);
+    w.family("tenferro_admission_wait_seconds", "histogram", "Search submitted to its batch's body started.")
+        .histogram("tenferro_admission_wait_seconds", host, e.admission_wait);
+
+    // The batcher (batcher::stats()).
+    const tf::batch_stats& b = e.batcher;
+    w.family("tenferro_batcher_submitted_total", "counter", "Items submitted to the batcher.")
+        .sample("tenferro_batcher_submitted_total", "", double(b.submitted));
+    w.family("tenferro_batcher_completed_total", "counter",
+             "Items completed with their result or their batch's exception.")
+        .sample("tenferro_batcher_completed_total", "", double(b.completed));
+    w.family("tenferro_batcher_cancelled_total", "counter", "Items cancelled before being taken into a batch.")
+        .sample("tenferro_batcher_cancelled_total", "", double(b.cancelled));
+    w.family("tenferro_batcher_rejected_total", "counter", "Items completed with another admission error.")
+        .sample("tenferro_batcher_rejected_total", "", double(b.rejected));
+    w.family("tenferro_batcher_batches_total", "counter", "Batch sessions whose body ran.")
+        .sample("tenferro_batcher_batches_total", "", double(b.batches));
+    w.family("tenferro_batcher_largest_batch", "gauge", "Most items one batch body received.")
+        .sample("tenferro_batcher_largest_batch", "", double(b.largest_batch));
+    w.family("tenferro_batcher_waiting", "gauge", "Items submitted and not yet taken into a batch.")
+        .sample("tenferro_batcher_waiting", "", double(b.waiting));
+    w.family("tenferro_batch_compute_seconds", "histogram", "One batch's matmul and top_k.")
+        .histogram("tenferro_batch_compute_seconds", "", e.batch_compute);
+
+    // The server.
+    w.family("tenferro_search_shed_total", "counter", "Searches answered 503 at once: the batcher's queue was full.")
+        .sample("tenferro_search_shed_total", "", double(e.shed));
+    w.family("tenferro_search_rejected_total", "counter", "Searches completed with an admission error, by reason.");
+    static constexpr std::array<std::string_view, 7> reasons = {
+        "", "reentered", "contended", "incompatible_context", "resource_poisoned", "executor", "cancelled"};
+    for (std::size_t i = 1; i < reasons.size(); ++i)
+        w.sample("tenferro_search_rejected_total", "reason=\"" + std::string(reasons[i]) + "\"",
+                 double(e.rejected_by_reason[i]));
+    w.family("tenferro_http_requests_total", "counter", "HTTP responses sent, by status code.");
+    for (const auto& [status, n] : s.responses)
+        w.sample("tenferro_http_requests_total", "code=\"" + std::to_string(status) + "\"", double(n));
+    w.family("tenferro_http_request_duration_seconds", "histogram", "Request received to response ready, by route.")
+        .histogram("tenferro_http_request_duration_seconds", "route=\"/v1/search\"", s.search_latency)
+        .histogram("tenferro_http_request_duration_seconds", "route=\"/healthz\"", s.healthz_latency);
+    w.family("tenferro_http_connections_accepted_total", "counter", "Connections accepted.")
+        .sample("tenferro_http_connections_accepted_total", "", double(s.connections_accepted));
+    w.family("tenferro_http_connections_open", "gauge", "Connections open right now.")
+        .sample("tenferro_http_connections_open", "", double(s.connections_open));
+    w.family("tenferro_http_timeouts_total", "counter", "Connections closed by a timeout, by kind.")
+        .sample("tenferro_http_timeouts_total", "kind=\"idle\"", double(s.idle_timeouts))
+        .sample("tenferro_http_timeouts_total", "kind=\"request\"", double(s.request_timeouts));
+
+    // Process basics, under the names Prometheus' client libraries use.
+    const process_basics p = read_process_basics();
+    w.family("process_cpu_seconds_total", "counter", "User and system CPU time spent in seconds.")
+        .sample("process_cpu_seconds_total", "", p.cpu_seconds);
+    w.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
+        .sample("process_resident_memory_bytes", "", p.resident_bytes);
+    w.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.")
+        .sample("process_virtual_memory_bytes", "", p.virtual_bytes);
+    w.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
+        .sample("process_start_time_seconds", "", p.start_time_seconds);
+    w.family("process_open_fds", "gauge", "Number of open file descriptors.")
+        .sample("process_open_fds", "", p.open_fds);
+    w.family("process_max_fds", "gauge", "Maximum number of open file descriptors.")
+        .sample("process_max_fds", "", p.max_fds);
+    return w.take();
+}
+
+}  // namespace embedding_search
