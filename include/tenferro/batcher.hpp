@@ -535,8 +535,12 @@ private:
 
     /// Takes the batch: up to max_batch waiting items, in submission order
     /// (B2). Once per session.
+    ///
+    /// It enters no session itself, although taking a batch changes what
+    /// plan_locked() would say (it cannot make it ask for more): with
+    /// placement::compute it runs inside the session's body, where an entry
+    /// would be re-entry (S7). A delay's timer thread is woken to re-plan.
     void take(run_type& run) {
-        std::size_t start = 0;
         {
             const std::lock_guard lock(mutex_);
             if (run.taken.load(std::memory_order_relaxed)) return;
@@ -554,10 +558,8 @@ private:
             if (options_.session.where == placement::caller && n > 0) run.target = run.items.front()->executor();
             --unclaimed_;
             run.taken.store(true, std::memory_order_release);
-            start = plan_locked();
         }
         if (options_.max_delay.count() > 0) timer_wake_.notify_one();
-        enter_sessions(start);
     }
 
     void note_batch(std::size_t n) {
