@@ -64,8 +64,8 @@ struct options {
     int compute_nice = 19;
     double single_seconds = 4.0;
     int single_rounds = 3;
-    double closed_seconds = 5.0;
-    int closed_rounds = 2;
+    double closed_seconds = 4.0;
+    int closed_rounds = 3;
     std::size_t connections = 256;
     double sweep_seconds = 4.0;
     int sweep_rounds = 1;

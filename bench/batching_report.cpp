@@ -182,14 +182,15 @@ std::string sweep_svg(const report& r) {
         "fill=\"white\"/>\n",
         width, height);
     svg += format(
-        "<text x=\"%.0f\" y=\"20\" font-size=\"14\">tenferro-search, open loop: latency vs offered load "
-        "(saturation = batcher closed loop, %.0f req/s)</text>\n",
-        left, r.saturation_rps);
+        "<text x=\"%.0f\" y=\"20\" font-size=\"14\">tenferro-search, open loop: latency vs offered load</text>\n",
+        left);
     svg += format(
-        "<text x=\"%.0f\" y=\"36\" font-size=\"11\" fill=\"#555\">%s, Highway %s, %lld x %lld corpus, "
-        "k = %lld, %zu permits</text>\n",
-        left, r.cpu.c_str(), r.highway.c_str(), static_cast<long long>(r.rows), static_cast<long long>(r.dim),
+        "<text x=\"%.0f\" y=\"36\" font-size=\"11\" fill=\"#555\">100 %% = the batcher's closed-loop throughput, "
+        "%.0f req/s; %lld x %lld corpus, k = %lld, %zu permits</text>\n",
+        left, r.saturation_rps, static_cast<long long>(r.rows), static_cast<long long>(r.dim),
         static_cast<long long>(r.k), r.permits);
+    svg += format("<text x=\"8\" y=\"%.0f\" font-size=\"10\" fill=\"#555\">%s, Highway %s</text>\n", height - 4,
+                  r.cpu.c_str(), r.highway.c_str());
 
     double lo = 1e18, hi = 0;
     for (const auto& row : r.sweep) {
