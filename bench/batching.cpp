@@ -17,6 +17,8 @@
 // Rounds alternate the policies (A B C D, then B C D A, ...) so that drift on a
 // shared machine falls on all of them alike.
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -60,6 +62,7 @@ struct options {
     std::size_t permits = 2;
     std::size_t max_batch = 16;
     int compute_nice = 19;
+    bool pin_workers = false;
     double single_seconds = 4.0;
     int single_rounds = 3;
     double closed_seconds = 4.0;
@@ -151,8 +154,18 @@ struct live_server {
         mode.max_batch = p.max_batch;
         mode.max_delay = p.max_delay;
         mode.compute_nice = o.compute_nice;
-        cpu = std::make_unique<tf::cpu_backend>(
-            es::backend_options_for(mode, usage, std::size_t(corpus.size()) * sizeof(float)));
+        tf::cpu_backend_options bo = es::backend_options_for(mode, usage, std::size_t(corpus.size()) * sizeof(float));
+        if (o.pin_workers) {
+            // Diagnostic: compute worker i on CPU i (mod the CPU count), after the server's own hook.
+            bo.on_worker_start = [hook = bo.on_worker_start](std::size_t i) {
+                if (hook) hook(i);
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(int(i % std::max(1u, std::thread::hardware_concurrency())), &set);
+                pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+            };
+        }
+        cpu = std::make_unique<tf::cpu_backend>(std::move(bo));
         engine = std::make_unique<es::search_engine>(*cpu, corpus, es::engine_options_for(mode), usage);
         es::server_options so;
         so.port = 0;
@@ -453,6 +466,8 @@ int main(int argc, char** argv) {
     app.add_option("--compute-nice", o.compute_nice, "nice value of the compute workers (as tenferro-search)")
         ->capture_default_str()
         ->check(CLI::Range(0, 19));
+    app.add_flag("--pin-workers", o.pin_workers,
+                 "diagnostic: pin compute worker i of each server to CPU i (the server does not pin)");
     app.add_option("--single-seconds", o.single_seconds, "step 1: seconds per policy and round")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
