@@ -122,6 +122,15 @@ double process_cpu_seconds() {
     return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+/// The mean of a histogram's samples, each taken at its bucket's upper edge (ms).
+double mean_ms(const es::histogram_snapshot& h) {
+    double sum = 0;
+    for (std::size_t i = 0; i < h.counts.size(); ++i) {
+        sum += double(h.counts[i]) * double(es::latency_histogram::upper_edge(int(i)));
+    }
+    return h.total ? sum / double(h.total) / 1e6 : 0.0;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     if (v.empty()) return 0.0;
@@ -348,10 +357,11 @@ int run(const options& o) {
             c.shed += l.shed;
             c.errors += l.errors + l.healthz_errors;
             std::printf(
-                "  round %d %-10s %7.0f req/s  mean batch %5.2f  permits busy %5.1f %%  session p50 %6.1f ms  "
+                "  round %d %-10s %7.0f req/s  mean batch %5.2f  permits busy %5.1f %%  session p50 %6.1f mean %6.1f "
+                "ms  "
                 "cpu %.2f ms/req  search p50 %7.1f ms p99 %7.1f ms  healthz p99 %6.2f ms\n",
                 r, rep.policies[i].name.c_str(), rps, batches ? double(completed) / double(batches) : 0.0,
-                100 * utilisation, compute.percentile_ms(0.5), l.ok ? 1000 * cpu / double(l.ok) : 0.0,
+                100 * utilisation, compute.percentile_ms(0.5), mean_ms(compute), l.ok ? 1000 * cpu / double(l.ok) : 0.0,
                 l.latency.percentile_ms(0.5), l.latency.percentile_ms(0.99), l.healthz.percentile_ms(0.99));
             print_errors("closed", rep.policies[i], l.errors, l.error_samples);
             errors += l.errors;
