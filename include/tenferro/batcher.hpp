@@ -162,6 +162,9 @@ public:
 
 private:
     struct cancel_handler {
+        // (A constructor, not an aggregate: clang 14 has no parenthesised
+        // aggregate initialisation, which the slot's emplace uses.)
+        explicit cancel_handler(batch_item_op* o) noexcept : op(o) {}
         batch_item_op* op;
         void operator()(asio::cancellation_type_t type) const {
             if (cancel_requested(type)) op->core_->cancel(*op);
