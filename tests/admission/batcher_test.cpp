@@ -499,3 +499,24 @@ TEST_CASE("A batcher with an asynchronous body and use_awaitable", "[batcher]") 
     CHECK(s.completed == 5);
     CHECK(s.submitted == 5);
 }
+
+TEST_CASE("S16 for batch items: the caller may destroy its io_context as soon as the handler ran", "[batcher]") {
+    test_host host(test_host_options{.permits = 1});
+    batch_log log;
+    int_batcher b(host, {.max_batch = 4}, doubling(log));
+    const long n = tenferro::test::stress_iterations(2000);
+    long delivered = 0;
+    for (long i = 0; i < n; ++i) {
+        auto io = std::make_unique<asio::io_context>();
+        bool done = false;
+        int value = 0;
+        b.submit(static_cast<int>(i % 100), asio::bind_executor(*io, [&](std::exception_ptr, session_result<int> r) {
+                     value = r ? *r : -1;
+                     done = true;
+                 }));
+        while (!done) io->run_one();  // the handler has run ...
+        io.reset();                   // ... so destroying the context must be safe
+        if (value == 2 * static_cast<int>(i % 100)) ++delivered;
+    }
+    CHECK(delivered == n);
+}
