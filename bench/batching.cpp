@@ -40,6 +40,7 @@
 #include "batching_load.hpp"
 #include "batching_report.hpp"
 #include "corpus.hpp"
+#include "demo.hpp"
 #include "demo_trial.hpp"
 #include "http_server.hpp"
 #include "latency_histogram.hpp"
@@ -100,19 +101,6 @@ std::string load_average() {
 const char* highway_target() {
     const std::int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
     return hwy::TargetName(usable & -usable);
-}
-
-/// How late a thread sleeping 10 ms wakes up, p99 over `samples` sleeps (ms):
-/// the floor that the machine's other load puts under any latency here.
-double wakeup_lateness_p99_ms(int samples = 100) {
-    std::vector<double> late;
-    for (int i = 0; i < samples; ++i) {
-        const auto t = clock_type::now() + std::chrono::milliseconds(10);
-        std::this_thread::sleep_until(t);
-        late.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t).count());
-    }
-    std::sort(late.begin(), late.end());
-    return late[std::size_t(0.99 * double(samples - 1))];
 }
 
 /// CPU seconds this process has used (every thread: server, compute workers, load generator).
@@ -285,7 +273,7 @@ int run(const options& o) {
     std::printf("corpus generated and %zu servers started and warmed up in %.1f s\n", n,
                 std::chrono::duration<double>(clock_type::now() - started).count());
 
-    rep.floor_before_ms = wakeup_lateness_p99_ms();
+    rep.floor_before_ms = es::wakeup_lateness_p99_ms(100);
     std::printf("scheduler floor: a 10 ms sleep wakes up late by %.2f ms (p99)\n\n", rep.floor_before_ms);
     std::fflush(stdout);
     std::uint64_t errors = 0;
@@ -425,7 +413,7 @@ int run(const options& o) {
         }
     }
 
-    rep.floor_after_ms = wakeup_lateness_p99_ms();
+    rep.floor_after_ms = es::wakeup_lateness_p99_ms(100);
     rep.load_end = load_average();
     rep.total_seconds = std::chrono::duration<double>(clock_type::now() - started).count();
     servers.clear();

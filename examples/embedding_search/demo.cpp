@@ -135,12 +135,7 @@ int run_demo(const demo_options& o) {
     return ok ? 0 : 1;
 }
 
-namespace {
-
-/// How late a thread sleeping 10 ms wakes up, p99 over `samples` sleeps (ms):
-/// the floor that the machine's other load puts under any latency measured
-/// here. An idle machine shows about 0.1 ms.
-double wakeup_lateness_p99_ms(int samples = 200) {
+double wakeup_lateness_p99_ms(int samples) {
     std::vector<double> late;
     for (int i = 0; i < samples; ++i) {
         const auto t = clock_type::now() + std::chrono::milliseconds(10);
@@ -150,8 +145,6 @@ double wakeup_lateness_p99_ms(int samples = 200) {
     std::sort(late.begin(), late.end());
     return late[std::size_t(0.99 * double(samples - 1))];
 }
-
-}  // namespace
 
 int run_bench(const bench_options& o) {
     std::printf("tenferro-search bench: %zu connections, %.0f s per run, %d rounds, corpus %lld x %lld\n",

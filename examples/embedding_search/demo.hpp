@@ -43,4 +43,9 @@ struct bench_options {
 int run_demo(const demo_options& options);
 int run_bench(const bench_options& options);
 
+/// How late a thread sleeping 10 ms wakes up, p99 over `samples` sleeps (ms):
+/// the floor that the machine's other load puts under any latency measured
+/// here (an idle machine shows about 0.1 ms). Also used by bench/batching.cpp.
+double wakeup_lateness_p99_ms(int samples = 200);
+
 }  // namespace embedding_search
