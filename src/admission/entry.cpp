@@ -103,7 +103,14 @@ void entry_base::start(session_context* ctx) noexcept {
                                   permits_text(queue.permits()));
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
 
-    switch (queue.acquire(*this, options_.wait == wait_policy::fifo)) {
+    switch (queue.acquire(*this, options_.wait == wait_policy::fifo, /*start_inline_if_clear=*/true)) {
+    case acquire_outcome::granted_inline:
+        // The caller-placement fast path (S17 checked by the queue in the same
+        // critical section as the grant): ready at the grant means no observer
+        // hook to run and no poisoning possible, so the body may be dispatched
+        // right here. Nobody is in the hand-off list behind this entry.
+        holds_permits_ = true;
+        return run_on_caller(true);
     case acquire_outcome::granted:
         return on_granted(true);
     case acquire_outcome::queued:

@@ -5,7 +5,7 @@ namespace tenferro::detail {
 permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters) noexcept
     : permits_(permits), max_waiters_(max_waiters), available_(permits) {}
 
-acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
+acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear) {
     std::lock_guard lock(mutex_);
     if (poisoned_.load(std::memory_order_relaxed)) {
         ++rejected_;
@@ -18,6 +18,22 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait) {
     // No barging: free permits go to the queue's head first, never to a newcomer.
     if (waiters_.empty() && w.permits_ <= available_) {
         available_ -= w.permits_;
+        if (start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ && handoff_head_ == nullptr &&
+            unstarted_.load(std::memory_order_relaxed) == 0) {
+            // Nothing granted before `w` is unstarted (every such grant is
+            // counted until its body starts, and is in the hand-off list until
+            // it is handed off), so `w` may start now, on this thread (S17).
+            // It stays counted as unstarted until it does, so that a grant made
+            // meanwhile on another thread does not start inline ahead of it.
+            w.state_ = permit_waiter::state::granted;
+            ++admitted_;
+            w.may_start_inline_ = true;
+            w.start_counted_ = true;
+            unstarted_.fetch_add(1, std::memory_order_relaxed);
+            w.handoff_listed_ = false;
+            w.handoff_ready_ = true;
+            return acquire_outcome::granted_inline;
+        }
         grant_locked(w);
         return acquire_outcome::granted;
     }

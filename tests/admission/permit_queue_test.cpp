@@ -222,3 +222,54 @@ TEST_CASE("permit_queue cancel that unblocks ready waiters hands them back as a 
     CHECK(q.next_handoffs() == nullptr);
     q.note_started(a);
 }
+
+TEST_CASE("permit_queue grants inline at once only when nothing granted earlier is unstarted, and never barges") {
+    permit_queue q(3, 100);
+    node a(1, 1), b(1, 2), c(1, 3), d(1, 4), heavy(3, 5), e(1, 6), f(1, 7);
+
+    // Clear: a is granted inline, outside the hand-off list, counted unstarted.
+    CHECK(q.acquire(caller_started(a, true), true, true) == acquire_outcome::granted_inline);
+    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK_FALSE(a.handoff_listed_);
+
+    // a has not started: b, admitted at once, must not start inline ahead of it.
+    CHECK(q.acquire(caller_started(b, true), true, true) == acquire_outcome::granted);
+    CHECK_FALSE(b.may_start_inline_);
+    CHECK(b.handoff_listed_);
+    q.note_started(a);
+
+    // b waits for its hand-off (unstarted): c, with a free permit, is not inline either.
+    CHECK(q.acquire(caller_started(c, true), true, true) == acquire_outcome::granted);
+    bool alone = true;
+    CHECK(chain_ids(q.ready_for_handoff(b, false, alone)) == std::vector<int>{2});
+    CHECK(q.next_handoffs() == nullptr);  // c is not ready yet: it keeps its place
+    CHECK(chain_ids(q.ready_for_handoff(c, false, alone)) == std::vector<int>{3});
+    CHECK(q.next_handoffs() == nullptr);
+    q.note_started(b);
+    q.note_started(c);
+
+    // An entry with a hook to run between grant and start is never inline.
+    for (int i = 0; i < 3; ++i) CHECK(ids(q.release(1)).empty());  // a, b, c finish
+    CHECK(q.acquire(caller_started(d, false), true, true) == acquire_outcome::granted);
+    CHECK(chain_ids(q.ready_for_handoff(d, true, alone)) == std::vector<int>{4});
+    CHECK(alone);
+    q.note_started(d);
+    CHECK(q.next_handoffs(false) == nullptr);
+
+    // No barging: a weighted head waits for 3 permits; e fits in the 2 free
+    // ones but queues behind it, fast path or not.
+    CHECK(q.acquire(heavy, true, true) == acquire_outcome::queued);
+    CHECK(q.acquire(caller_started(e, true), true, true) == acquire_outcome::queued);
+    CHECK(q.acquire(caller_started(f, true), false, true) == acquire_outcome::would_wait);
+    CHECK(ids(q.release(1)) == std::vector<int>{5});  // heavy (3), then e waits for a permit
+    CHECK(e.state_ == permit_waiter::state::waiting);
+    permit_waiter* chain = nullptr;
+    CHECK(ids(q.release(3, &chain)).empty());
+    CHECK(chain_ids(chain) == std::vector<int>{6});
+    CHECK(q.next_handoffs() == nullptr);
+    q.note_started(e);
+    CHECK(ids(q.release(1)).empty());
+    const permit_counters counters = q.counters();
+    CHECK(counters.available == 3);
+    CHECK(counters.admitted == counters.completed);
+}

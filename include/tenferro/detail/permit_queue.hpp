@@ -127,6 +127,12 @@ private:
 /// What `permit_queue::acquire` decided.
 enum class acquire_outcome : std::uint8_t {
     granted,     // the waiter holds its permits now
+    // The waiter holds its permits now and may start inline, at once: it was
+    // offered with `start_inline_if_clear`, is ready at its grant, and nothing
+    // granted before it is unstarted or waiting for its hand-off. It is not in
+    // the hand-off list (nobody can be held up behind it); it is counted as
+    // unstarted until note_started().
+    granted_inline,
     queued,      // the waiter is linked; a later release/cancel will grant it
     would_wait,  // may_wait was false and it could not be admitted at once
     queue_full,  // the waiter count reached max_waiters
@@ -145,7 +151,15 @@ public:
     permit_queue(std::size_t permits, std::size_t max_waiters) noexcept;
 
     /// Offers `w` (with `w.permits_` set) to the queue. FIFO, no barging.
-    acquire_outcome acquire(permit_waiter& w, bool may_wait);
+    ///
+    /// `start_inline_if_clear` (an entry in its initiating function, S17):
+    /// when `w` is granted at once, is `starts_on_caller_` and
+    /// `ready_at_grant_`, and no earlier grant is unstarted, the queue answers
+    /// `granted_inline` and leaves `w` out of the hand-off list, in the same
+    /// critical section; the caller starts it without asking the queue again
+    /// (the caller-placement round trip takes the queue's lock twice, not four
+    /// times).
+    acquire_outcome acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear = false);
 
     /// Returns `n` permits and grants as many head waiters as now fit (FIFO
     /// order, stopping at the first one that does not). The granted waiters are
