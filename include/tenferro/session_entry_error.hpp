@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include <tl/expected.hpp>
 
@@ -35,25 +36,39 @@ std::error_code make_error_code(session_entry_errc e) noexcept;
 
 /// An admission failure: the code, the backend that rejected the entry, and what
 /// exactly was busy, mismatched or poisoned.
+///
+/// Two words wide (the code, and a pointer to an immutable, reference-counted
+/// record of the two texts), because every `session_result<T>` carries room for
+/// one: in the operation state of each entry and in the frame of each coroutine
+/// awaiting one, waiting or not. Copies share the record (copying never
+/// allocates and never throws); building one allocates it once. Should that
+/// allocation fail, the error keeps its code and reads empty texts.
 class session_entry_error {
 public:
     /// \param code    why the entry was rejected
     /// \param backend the rejecting backend's name, e.g. `"cpu"` (copied)
     /// \param detail  free text naming the busy / mismatched resource
-    session_entry_error(session_entry_errc code, std::string_view backend, std::string detail = {});
+    session_entry_error(session_entry_errc code, std::string_view backend, std::string detail = {}) noexcept;
+    session_entry_error(const session_entry_error& other) noexcept;
+    session_entry_error(session_entry_error&& other) noexcept
+        : code_(other.code_), texts_(std::exchange(other.texts_, nullptr)) {}
+    session_entry_error& operator=(const session_entry_error& other) noexcept;
+    session_entry_error& operator=(session_entry_error&& other) noexcept;
+    ~session_entry_error();
 
     session_entry_errc code() const noexcept { return code_; }
-    std::string_view backend() const noexcept { return backend_; }
-    std::string_view detail() const noexcept { return detail_; }
+    /// The backend's name; empty in a moved-from error (or one built out of memory).
+    std::string_view backend() const noexcept;
+    std::string_view detail() const noexcept;
     /// `make_error_code(code())`.
     std::error_code error_code() const noexcept { return make_error_code(code_); }
     /// `"<backend>: session entry rejected because <reason>[: <detail>]"`.
     std::string message() const;
 
 private:
+    struct texts;  // the backend's name, the detail, a reference count
     session_entry_errc code_;
-    std::string backend_;
-    std::string detail_;
+    texts* texts_;
 };
 
 /// True when `e.code() == c`: `if (r.error() == session_entry_errc::contended)`.

@@ -34,9 +34,12 @@ std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? "
 }  // namespace
 
 entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept
-    : core_(std::move(core)), options_(options), kind_(kind) {
-    permits_ = options_.permits;
-    starts_on_caller_ = kind_ == entry_kind::scope || options_.where == placement::caller;
+    : core_(std::move(core)),
+      kind_(kind),
+      may_wait_(options.wait == wait_policy::fifo),
+      compute_placed_(options.where == placement::compute) {
+    permits_ = options.permits;
+    starts_on_caller_ = kind_ == entry_kind::scope || !compute_placed_;
     // Nothing to do between grant and hand-off: no hook (and with no observer
     // the host can never be poisoned, S18). A backend's claims happen later,
     // in open_session.
@@ -46,8 +49,7 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
 entry_base::~entry_base() = default;
 
 void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
-    error_code_ = code;
-    error_detail_ = std::move(detail);  // moves never throw; the caller built the text
+    error_.emplace(code, core_->name(), std::move(detail));  // never throws
 }
 
 void entry_base::reject(session_entry_errc code, std::string detail) noexcept {
@@ -78,10 +80,10 @@ void entry_base::start(session_context* ctx) noexcept {
         if (is_scope)
             return reject_counted(session_entry_errc::reentered,
                                   "an execution scope was entered inside an execution scope of the same host");
-        if (options_.permits != 1)
+        if (permits_ != 1)
             return reject_counted(
                 session_entry_errc::incompatible_context,
-                "the execution scope holds 1 permit and the session asks for " + permits_text(options_.permits));
+                "the execution scope holds 1 permit and the session asks for " + permits_text(permits_));
         // The scope's permit never meets the queue, but the host's state still
         // applies (S11, S12); after the context checks, as for entries that
         // queue, so that reentered and incompatible_context keep precedence.
@@ -97,13 +99,13 @@ void entry_base::start(session_context* ctx) noexcept {
         return schedule(true);
     }
 
-    if (options_.permits == 0 || options_.permits > queue.permits())
-        return reject_counted(session_entry_errc::incompatible_context,
-                              "the entry asks for " + permits_text(options_.permits) + " and the host has " +
-                                  permits_text(queue.permits()));
+    if (permits_ == 0 || permits_ > queue.permits())
+        return reject_counted(
+            session_entry_errc::incompatible_context,
+            "the entry asks for " + permits_text(permits_) + " and the host has " + permits_text(queue.permits()));
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
 
-    switch (queue.acquire(*this, options_.wait == wait_policy::fifo, /*start_inline_if_clear=*/true)) {
+    switch (queue.acquire(*this, may_wait_, /*start_inline_if_clear=*/true)) {
     case acquire_outcome::granted_inline:
         // The caller-placement fast path (S17 checked by the queue in the same
         // critical section as the grant): ready at the grant means no observer
@@ -117,7 +119,7 @@ void entry_base::start(session_context* ctx) noexcept {
         return;  // the queue owns the next step; touch nothing more here
     case acquire_outcome::would_wait:
         return reject(session_entry_errc::contended,
-                      "wait_policy::never and " + permits_text(options_.permits) +
+                      "wait_policy::never and " + permits_text(permits_) +
                           " cannot be granted at once (taken, or promised to earlier waiters)");
     case acquire_outcome::queue_full:
         return reject(session_entry_errc::contended, "the admission queue is full (max_waiters reached)");
@@ -215,7 +217,7 @@ void entry_base::cancel_waiting() noexcept {
     host_core::start_granted(std::move(granted), handoffs);
     if (removed)
         reject(session_entry_errc::cancelled,
-               "cancelled while waiting for " + permits_text(options_.permits) + "; the body did not run");
+               "cancelled while waiting for " + permits_text(permits_) + "; the body did not run");
 }
 
 void entry_base::run() noexcept {
@@ -238,9 +240,8 @@ void entry_base::run() noexcept {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
-            run_session(session_grant{permits_, options_.where == placement::compute
-                                                    ? asio::any_io_executor(core_->pool().get_executor())
-                                                    : caller_executor()});
+            run_session(session_grant{
+                permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor()});
         }
     } catch (...) {
         // Only the runtime's own set-up can get here (allocating the body's
@@ -304,7 +305,7 @@ void entry_base::body_finished() noexcept {
     release_permits();
     // After a body on the caller's executor we are on that executor, so the
     // caller may be resumed inline; from a compute worker, always post.
-    const bool on_caller = kind_ == entry_kind::scope || options_.where == placement::caller;
+    const bool on_caller = kind_ == entry_kind::scope || !compute_placed_;
     complete(on_caller && initiating_entry != this);
 }
 

@@ -1,5 +1,8 @@
 #include "tenferro/session_entry_error.hpp"
 
+#include <atomic>
+#include <string>
+
 namespace tenferro {
 namespace {
 
@@ -40,16 +43,59 @@ std::error_code make_error_code(session_entry_errc e) noexcept {
     return {static_cast<int>(e), session_entry_category()};
 }
 
-session_entry_error::session_entry_error(session_entry_errc code, std::string_view backend, std::string detail)
-    : code_(code), backend_(backend), detail_(std::move(detail)) {}
+struct session_entry_error::texts {
+    std::atomic<std::size_t> refs{1};
+    std::string backend;
+    std::string detail;
+};
+
+session_entry_error::session_entry_error(session_entry_errc code, std::string_view backend, std::string detail) noexcept
+    : code_(code), texts_(nullptr) {
+    try {
+        texts_ = new texts{{1}, std::string(backend), std::move(detail)};
+    } catch (...) {
+        // Out of memory: the code still says what happened.
+    }
+}
+
+session_entry_error::session_entry_error(const session_entry_error& other) noexcept
+    : code_(other.code_), texts_(other.texts_) {
+    if (texts_ != nullptr) texts_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+session_entry_error& session_entry_error::operator=(const session_entry_error& other) noexcept {
+    session_entry_error copy(other);
+    return *this = std::move(copy);
+}
+
+session_entry_error& session_entry_error::operator=(session_entry_error&& other) noexcept {
+    if (this != &other) {
+        this->~session_entry_error();
+        code_ = other.code_;
+        texts_ = std::exchange(other.texts_, nullptr);
+    }
+    return *this;
+}
+
+session_entry_error::~session_entry_error() {
+    if (texts_ != nullptr && texts_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete texts_;
+}
+
+std::string_view session_entry_error::backend() const noexcept {
+    return texts_ != nullptr ? std::string_view(texts_->backend) : std::string_view();
+}
+
+std::string_view session_entry_error::detail() const noexcept {
+    return texts_ != nullptr ? std::string_view(texts_->detail) : std::string_view();
+}
 
 std::string session_entry_error::message() const {
-    std::string out = backend_;
+    std::string out(backend());
     out += ": session entry rejected because ";
     out += reason(code_);
-    if (!detail_.empty()) {
+    if (!detail().empty()) {
         out += ": ";
-        out += detail_;
+        out += detail();
     }
     return out;
 }

@@ -135,13 +135,12 @@ protected:
     /// One hop at a time: the runner's (passed in body_finished), then the
     /// completion's (passed by the completion function).
     handoff_gate gate_;
-    const session_options& options() const noexcept { return options_; }
 
     /// Records an admission failure (kept as code + text so that the op stays
     /// small; the session_entry_error is built at completion).
     void set_error(session_entry_errc code, std::string detail) noexcept;
-    bool has_error() const noexcept { return error_code_ != session_entry_errc{}; }
-    session_entry_error take_error() { return {error_code_, core_->name(), std::move(error_detail_)}; }
+    bool has_error() const noexcept { return error_.has_value(); }
+    session_entry_error take_error() noexcept { return std::move(*error_); }
 
 private:
     void schedule(bool at_initiation) noexcept;
@@ -151,13 +150,16 @@ private:
     void reject_counted(session_entry_errc code, std::string detail) noexcept;
 
     std::shared_ptr<host_core> core_;
-    session_options options_;
+    // The options, packed: the permits are permit_waiter's; the rest is two flags.
     entry_kind kind_;
+    bool may_wait_;        // wait_policy::fifo
+    bool compute_placed_;  // placement::compute
     bool holds_permits_ = false;          // granted and announced to the observer
     std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
-    session_entry_errc error_code_{};     // {} (0): no admission failure
-    std::string error_detail_;
+    // The admission failure, if any: built when it is decided (two words; the
+    // texts live in a shared record), so that completing needs no host.
+    std::optional<session_entry_error> error_;
 };
 
 // ---------------------------------------------------------------------------
@@ -290,8 +292,7 @@ public:
         : entry_base(std::move(core), options, Kind),
           opener_(std::move(opener)),
           handler_(std::forward<H>(handler)),
-          ex_(asio::get_associated_executor(handler_)),
-          work_(asio::prefer(ex_, asio::execution::outstanding_work.tracked)),
+          work_(asio::prefer(asio::get_associated_executor(handler_), asio::execution::outstanding_work.tracked)),
           body_(std::in_place, std::forward<G>(body)) {
         // Installed before the entry is queued, so a grant racing with us on
         // another thread never finds the slot half-built. The slot is cleared
@@ -368,9 +369,14 @@ private:
     /// hand-off gate (handoff.hpp): `fn` passes the gate before it may reach the
     /// handler, so this thread has finished touching the caller's executor and
     /// context before the caller can see its completion (S16).
+    /// The handler's executor without the tracked work, for hops: Asio copies
+    /// the executor it posts to, and every copy of a work-tracking executor
+    /// would touch the context's shared work count.
+    auto hop_executor() const noexcept { return asio::prefer(work_, asio::execution::outstanding_work.untracked); }
+
     template <class Function>
     void hop(bool may_dispatch, Function fn) {
-        hand_off(ex_, gate_, std::move(fn), may_dispatch);
+        hand_off(hop_executor(), gate_, std::move(fn), may_dispatch);
     }
 
     void run_on_caller(bool may_dispatch) noexcept override {
@@ -384,7 +390,7 @@ private:
 
     asio::any_io_executor caller_executor() const override {
         if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>) {
-            return unwrap_executor(asio::any_io_executor(ex_));
+            return unwrap_executor(asio::any_io_executor(hop_executor()));
         } else {
             // Executors that cannot be type-erased as an I/O executor (such as
             // use_future's, which runs everything inline) have no thread of
@@ -559,11 +565,9 @@ private:
 
     [[no_unique_address]] Opener opener_;
     Handler handler_;
-    // Hops use the plain executor: every copy of a work-tracking executor that
-    // Asio makes inside post/dispatch would touch the context's shared work
-    // counter. One tracked copy keeps the caller's context running while the
-    // entry waits or runs elsewhere.
-    handler_executor ex_;
+    // The handler's executor, tracked: it keeps the caller's context running
+    // while the entry waits or runs elsewhere. The op keeps no second, plain
+    // copy (an executor is up to 7 words): hops derive one (hop_executor()).
     work_executor work_;
     // In an optional so that finish() can destroy the body (and its captures)
     // before the upcall, even when the op itself is freed after it.
