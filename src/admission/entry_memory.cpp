@@ -8,9 +8,10 @@
 namespace tenferro::detail {
 namespace {
 
-// Blocks are rounded up to 64 bytes (one cache line; also the alignment we
-// hand out), so one cached block serves every entry type up to its size.
-constexpr std::size_t granule = 64;
+// Blocks are rounded up to 16 bytes (malloc's own granule and alignment): one
+// cached block then serves every entry type up to its size. (They were cache
+// lines once, 64 bytes, aligned: up to ~100 bytes more per parked entry.)
+constexpr std::size_t granule = 16;
 constexpr std::size_t slots = 8;  // enough for a few outstanding entries per thread
 
 std::size_t rounded(std::size_t size) noexcept { return (size + granule - 1) / granule * granule; }
@@ -24,7 +25,7 @@ struct thread_cache {
 
     ~thread_cache() {
         for (block& b : blocks)
-            if (b.p != nullptr) ::operator delete(b.p, std::align_val_t{granule});
+            if (b.p != nullptr) ::operator delete(b.p);
     }
 };
 
@@ -41,7 +42,7 @@ void* allocate_entry_memory(std::size_t size) {
             return p;
         }
     }
-    return ::operator new(want, std::align_val_t{granule});
+    return ::operator new(want);
 }
 
 void deallocate_entry_memory(void* p, std::size_t size) noexcept {
@@ -53,7 +54,7 @@ void deallocate_entry_memory(void* p, std::size_t size) noexcept {
             return;
         }
     }
-    ::operator delete(p, std::align_val_t{granule});
+    ::operator delete(p);
 }
 
 }  // namespace tenferro::detail

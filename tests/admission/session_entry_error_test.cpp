@@ -1,7 +1,10 @@
 #include <tenferro/session_entry_error.hpp>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <system_error>
+#include <type_traits>
 #include <catch2/catch.hpp>
 
 using namespace tenferro;
@@ -51,4 +54,37 @@ TEST_CASE("session_result holds values, void and move-only types beside the erro
     CHECK(v.has_value());
     session_result<std::unique_ptr<int>> m = std::make_unique<int>(7);
     CHECK(**m == 7);
+}
+
+TEST_CASE("session_entry_error is two words; copies share its texts, which outlive the original") {
+    // Every session_result<T> carries room for one, in each entry's operation
+    // state and in each awaiting coroutine's frame (issue 14: memory per
+    // parked entry), so it stays two words.
+    static_assert(sizeof(session_entry_error) <= 2 * sizeof(void*));
+    static_assert(std::is_nothrow_copy_constructible_v<session_entry_error>);
+    static_assert(std::is_nothrow_move_constructible_v<session_entry_error>);
+
+    std::optional<session_entry_error> original(std::in_place, session_entry_errc::contended, "cpu",
+                                                std::string(100, 'd'));  // no small-string buffer
+    session_entry_error copy = *original;
+    session_entry_error assigned(session_entry_errc::cancelled, "other");
+    assigned = copy;
+    original.reset();  // the copies keep the shared texts
+    CHECK(copy.code() == session_entry_errc::contended);
+    CHECK(copy.backend() == "cpu");
+    CHECK(copy.detail() == std::string(100, 'd'));
+    CHECK(assigned.code() == session_entry_errc::contended);
+    CHECK(assigned.detail() == copy.detail());
+    CHECK(assigned.detail().data() == copy.detail().data());  // shared, not copied
+
+    auto& self = assigned;
+    assigned = self;  // self-assignment keeps everything
+    CHECK(assigned.backend() == "cpu");
+
+    session_entry_error moved(std::move(copy));
+    CHECK(moved.detail() == std::string(100, 'd'));
+    CHECK(copy.code() == session_entry_errc::contended);  // NOLINT(bugprone-use-after-move): the code stays
+    CHECK(copy.backend().empty());                        // NOLINT(bugprone-use-after-move): the texts went
+    copy = moved;                                         // a moved-from error can be assigned again
+    CHECK(copy.message() == moved.message());
 }

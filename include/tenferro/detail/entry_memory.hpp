@@ -16,6 +16,8 @@
 
 namespace tenferro::detail {
 
+/// A block of at least `size` bytes, aligned for any standard type (blocks
+/// from the per-thread cache when one is big enough).
 void* allocate_entry_memory(std::size_t size);
 void deallocate_entry_memory(void* p, std::size_t size) noexcept;
 
@@ -26,8 +28,20 @@ struct entry_allocator {
     entry_allocator() noexcept = default;
     template <class U>
     entry_allocator(const entry_allocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
-    T* allocate(std::size_t n) { return static_cast<T*>(allocate_entry_memory(n * sizeof(T))); }
-    void deallocate(T* p, std::size_t n) noexcept { deallocate_entry_memory(p, n * sizeof(T)); }
+    T* allocate(std::size_t n) {
+        // Over-aligned states (a handler or body with alignas(64) members)
+        // bypass the cache, whose blocks have the default new alignment.
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+            return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+        else
+            return static_cast<T*>(allocate_entry_memory(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+            ::operator delete(p, n * sizeof(T), std::align_val_t{alignof(T)});
+        else
+            deallocate_entry_memory(p, n * sizeof(T));
+    }
     template <class U>
     bool operator==(const entry_allocator<U>&) const noexcept {
         return true;

@@ -297,8 +297,10 @@ public:
         // Installed before the entry is queued, so a grant racing with us on
         // another thread never finds the slot half-built. The slot is cleared
         // in finish(), on the handler's executor, like Asio's own operations.
-        slot_ = asio::get_associated_cancellation_slot(handler_);
-        if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+        // (The op does not keep the slot: the handler hands out the same one
+        // again in finish(), and a parked entry is a word smaller.)
+        auto slot = asio::get_associated_cancellation_slot(handler_);
+        if (slot.is_connected()) slot.template emplace<cancel_handler>(this);
     }
 
 private:
@@ -508,7 +510,7 @@ private:
     /// A handler with an allocator of its own gets Asio's order exactly:
     /// pass the gate, free the op, then call the handler.
     void finish() {
-        if (slot_.is_connected()) slot_.clear();
+        if (auto slot = asio::get_associated_cancellation_slot(handler_); slot.is_connected()) slot.clear();
         allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
         Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
@@ -572,7 +574,6 @@ private:
     // In an optional so that finish() can destroy the body (and its captures)
     // before the upcall, even when the op itself is freed after it.
     std::optional<std::decay_t<F>> body_;
-    asio::cancellation_slot slot_;
     /// The body's value once it returned (void bodies: whether it did).
     std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> value_{};
     std::exception_ptr exception_;

@@ -13,7 +13,9 @@
 //    resumes them after the lock is released, on their own executors.
 //  * One mutex guards everything. Admission is a handful of loads and stores
 //    under it; a lock-free fast path was measured and did not pay on the
-//    workloads in bench/admission (the executor hops dominate).
+//    workloads in bench/admission (the executor hops dominate). What did pay
+//    is taking the lock fewer times: an entry admitted at once that may start
+//    inline learns so in acquire's own critical section (granted_inline).
 //
 // No Asio here: the queue is tested step by step in tests/admission/permit_queue_test.cpp.
 
