@@ -1,5 +1,7 @@
 // The elementwise family of cpu_session: binary ops with numpy broadcasting,
 // unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
+// Each op's `_into` form here is its one implementation (axpby, in place, has
+// its own); the allocating forms at the end are backend_session's wrappers.
 
 #include "kernels/elementwise.hpp"
 #include "cpu/ops/op_support.hpp"
@@ -62,14 +64,6 @@ void run_binary(cpu_session& s, binary_op op, const const_tensor_view& a, const 
     }
 }
 
-tensor binary_alloc(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
-                    const const_tensor_view& b) {
-    const extents shape = check_binary(name, a, b);
-    tensor out = s.allocate(a.type(), shape);
-    run_binary(s, op, a, b, out.view());
-    return out;
-}
-
 void binary_into(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
                  const const_tensor_view& b, const tensor_view& out) {
     const extents shape = check_binary(name, a, b);
@@ -93,13 +87,6 @@ void run_unary(cpu_session& s, unary_op op, const const_tensor_view& x, const te
             kernels::unary(op, loop, typed<double>(out), typed<double>(x), begin, end);
         });
     }
-}
-
-tensor unary_alloc(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x) {
-    require_float(name, "x", x.type());
-    tensor out = s.allocate(x.type(), x.shape());
-    run_unary(s, op, x, out.view());
-    return out;
 }
 
 void unary_into(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x,
@@ -145,9 +132,6 @@ bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
 }  // namespace
 
 #define TENFERRO_BINARY_OP(name)                                                               \
-    tensor cpu_session::name(const_tensor_view a, const_tensor_view b) {                       \
-        return binary_alloc(*this, #name, binary_op::name, a, b);                              \
-    }                                                                                          \
     void cpu_session::name##_into(const_tensor_view a, const_tensor_view b, tensor_view out) { \
         binary_into(*this, #name "_into", binary_op::name, a, b, out);                         \
     }
@@ -159,10 +143,9 @@ TENFERRO_BINARY_OP(maximum)
 TENFERRO_BINARY_OP(minimum)
 #undef TENFERRO_BINARY_OP
 
-#define TENFERRO_UNARY_OP(name)                                                                            \
-    tensor cpu_session::name(const_tensor_view x) { return unary_alloc(*this, #name, unary_op::name, x); } \
-    void cpu_session::name##_into(const_tensor_view x, tensor_view out) {                                  \
-        unary_into(*this, #name "_into", unary_op::name, x, out);                                          \
+#define TENFERRO_UNARY_OP(name)                                           \
+    void cpu_session::name##_into(const_tensor_view x, tensor_view out) { \
+        unary_into(*this, #name "_into", unary_op::name, x, out);         \
     }
 TENFERRO_UNARY_OP(neg)
 TENFERRO_UNARY_OP(abs)
@@ -174,13 +157,6 @@ TENFERRO_UNARY_OP(rsqrt)
 TENFERRO_UNARY_OP(sigmoid)
 TENFERRO_UNARY_OP(relu)
 #undef TENFERRO_UNARY_OP
-
-tensor cpu_session::scale(const_tensor_view x, double alpha) {
-    require_float("scale", "x", x.type());
-    tensor out = allocate(x.type(), x.shape());
-    run_axpby(*this, alpha, x, 0.0, nullptr, out.view());
-    return out;
-}
 
 void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
     require_float("scale_into", "x", x.type());
@@ -215,3 +191,50 @@ void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, con
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form.
+
+#define TENFERRO_BINARY_OP(name)                                             \
+    tensor backend_session::name(const_tensor_view a, const_tensor_view b) { \
+        const detail::extents shape = detail::check_binary(#name, a, b);     \
+        tensor out = allocate(a.type(), shape.span());                       \
+        name##_into(a, b, out.view());                                       \
+        return out;                                                          \
+    }
+TENFERRO_BINARY_OP(add)
+TENFERRO_BINARY_OP(sub)
+TENFERRO_BINARY_OP(mul)
+TENFERRO_BINARY_OP(div)
+TENFERRO_BINARY_OP(maximum)
+TENFERRO_BINARY_OP(minimum)
+#undef TENFERRO_BINARY_OP
+
+#define TENFERRO_UNARY_OP(name)                           \
+    tensor backend_session::name(const_tensor_view x) {   \
+        detail::ops::require_float(#name, "x", x.type()); \
+        tensor out = allocate(x.type(), x.shape());       \
+        name##_into(x, out.view());                       \
+        return out;                                       \
+    }
+TENFERRO_UNARY_OP(neg)
+TENFERRO_UNARY_OP(abs)
+TENFERRO_UNARY_OP(exp)
+TENFERRO_UNARY_OP(log)
+TENFERRO_UNARY_OP(tanh)
+TENFERRO_UNARY_OP(sqrt)
+TENFERRO_UNARY_OP(rsqrt)
+TENFERRO_UNARY_OP(sigmoid)
+TENFERRO_UNARY_OP(relu)
+#undef TENFERRO_UNARY_OP
+
+tensor backend_session::scale(const_tensor_view x, double alpha) {
+    detail::ops::require_float("scale", "x", x.type());
+    tensor out = allocate(x.type(), x.shape());
+    scale_into(x, alpha, out.view());
+    return out;
+}
+
+}  // namespace tenferro
