@@ -39,6 +39,43 @@ const T* typed(const const_tensor_view& v) {
     return static_cast<const T*>(v.data());
 }
 
+// The kernels over `loop` of n positions: inline below the parallel threshold,
+// else in fixed chunks over the session's workers (for_range).
+template <class T>
+void exec_binary(cpu_session& s, binary_op op, const nd_loop<3>& loop, std::int64_t n, T* out, const T* a, const T* b) {
+    if (n < parallel_threshold) return kernels::binary(op, loop, out, a, b, 0, n);
+    for_range(s, n, 1, [&](std::int64_t begin, std::int64_t end) { kernels::binary(op, loop, out, a, b, begin, end); });
+}
+
+template <class T>
+void exec_unary(cpu_session& s, unary_op op, const nd_loop<2>& loop, std::int64_t n, T* out, const T* x) {
+    if (n * cost_of(op) < parallel_threshold) return kernels::unary(op, loop, out, x, 0, n);
+    for_range(s, n, cost_of(op),
+              [&](std::int64_t begin, std::int64_t end) { kernels::unary(op, loop, out, x, begin, end); });
+}
+
+// out = alpha * x + beta * y; y unread (and may be null) when beta == 0.
+template <class T>
+void exec_axpby(cpu_session& s, const nd_loop<3>& loop, std::int64_t n, double alpha, const T* x, double beta,
+                const T* y, T* out) {
+    const auto a = static_cast<T>(alpha);
+    const auto b = static_cast<T>(beta);
+    if (b == T(0)) y = nullptr;
+    if (n < parallel_threshold) return kernels::axpby(loop, a, x, b, y, out, 0, n);
+    for_range(s, n, 1,
+              [&](std::int64_t begin, std::int64_t end) { kernels::axpby(loop, a, x, b, y, out, begin, end); });
+}
+
+// The contiguous fast path's test (op_support.hpp): `out` and `inputs` of
+// `out`'s float dtype and shape, row-major dense, no input overlapping `out`.
+// Sets n to the element count.
+bool dense_float_call(std::int64_t& n, const tensor_view& out, const auto&... inputs) noexcept {
+    const dtype t = out.type();
+    if (!is_float(t) || ((inputs.type() != t) || ...) || !dense_alike(n, out, inputs...)) return false;
+    const std::int64_t bytes = n * static_cast<std::int64_t>(size_of(t));
+    return n == 0 || (disjoint(out.data(), bytes, inputs.data(), bytes) && ...);
+}
+
 // ---- binary -------------------------------------------------------------------
 
 extents check_binary(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
@@ -53,19 +90,23 @@ void run_binary(cpu_session& s, binary_op op, const const_tensor_view& a, const 
     const extents sa = broadcast_strides(a, out.shape());
     const extents sb = broadcast_strides(b, out.shape());
     const auto loop = make_loop<3>(out.shape(), {out.strides(), sa.span(), sb.span()});
-    if (out.type() == dtype::f32) {
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::binary(op, loop, typed<float>(out), typed<float>(a), typed<float>(b), begin, end);
-        });
-    } else {
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::binary(op, loop, typed<double>(out), typed<double>(a), typed<double>(b), begin, end);
-        });
-    }
+    if (out.type() == dtype::f32)
+        exec_binary(s, op, loop, loop.size(), typed<float>(out), typed<float>(a), typed<float>(b));
+    else
+        exec_binary(s, op, loop, loop.size(), typed<double>(out), typed<double>(a), typed<double>(b));
 }
 
 void binary_into(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
                  const const_tensor_view& b, const tensor_view& out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, a, b)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_binary(s, op, dense_loop<3>(n), n, typed<float>(out), typed<float>(a), typed<float>(b));
+        else
+            exec_binary(s, op, dense_loop<3>(n), n, typed<double>(out), typed<double>(a), typed<double>(b));
+        return;
+    }
     const extents shape = check_binary(name, a, b);
     check_out(name, "out", out, a.type(), shape);
     check_no_overlap(name, "out", out, "a", a);
@@ -78,19 +119,23 @@ void binary_into(cpu_session& s, std::string_view name, binary_op op, const cons
 void run_unary(cpu_session& s, unary_op op, const const_tensor_view& x, const tensor_view& out) {
     if (out.size() == 0) return;
     const auto loop = make_loop<2>(out.shape(), {out.strides(), x.strides()});
-    if (out.type() == dtype::f32) {
-        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
-            kernels::unary(op, loop, typed<float>(out), typed<float>(x), begin, end);
-        });
-    } else {
-        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
-            kernels::unary(op, loop, typed<double>(out), typed<double>(x), begin, end);
-        });
-    }
+    if (out.type() == dtype::f32)
+        exec_unary(s, op, loop, loop.size(), typed<float>(out), typed<float>(x));
+    else
+        exec_unary(s, op, loop, loop.size(), typed<double>(out), typed<double>(x));
 }
 
 void unary_into(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x,
                 const tensor_view& out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_unary(s, op, dense_loop<2>(n), n, typed<float>(out), typed<float>(x));
+        else
+            exec_unary(s, op, dense_loop<2>(n), n, typed<double>(out), typed<double>(x));
+        return;
+    }
     require_float(name, "x", x.type());
     check_out(name, "out", out, x.type(), x.shape());
     check_no_overlap(name, "out", out, "x", x);
@@ -106,19 +151,12 @@ void run_axpby(cpu_session& s, double alpha, const const_tensor_view& x, double 
     const extents sx = broadcast_strides(x, out.shape());
     const extents sy = y != nullptr ? broadcast_strides(*y, out.shape()) : extents(out.rank(), 0);
     const auto loop = make_loop<3>(out.shape(), {out.strides(), sx.span(), sy.span()});
-    if (out.type() == dtype::f32) {
-        const auto a = static_cast<float>(alpha);
-        const auto b = static_cast<float>(beta);
-        const float* py = y != nullptr && b != 0.0f ? typed<float>(*y) : nullptr;
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::axpby(loop, a, typed<float>(x), b, py, typed<float>(out), begin, end);
-        });
-    } else {
-        const double* py = y != nullptr && beta != 0.0 ? typed<double>(*y) : nullptr;
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::axpby(loop, alpha, typed<double>(x), beta, py, typed<double>(out), begin, end);
-        });
-    }
+    if (out.type() == dtype::f32)
+        exec_axpby(s, loop, loop.size(), alpha, typed<float>(x), beta, y != nullptr ? typed<float>(*y) : nullptr,
+                   typed<float>(out));
+    else
+        exec_axpby(s, loop, loop.size(), alpha, typed<double>(x), beta, y != nullptr ? typed<double>(*y) : nullptr,
+                   typed<double>(out));
 }
 
 // A view is "the same view" as another when it addresses exactly the same elements in the same order.
@@ -159,6 +197,17 @@ TENFERRO_UNARY_OP(relu)
 #undef TENFERRO_UNARY_OP
 
 void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), 0.0, static_cast<const float*>(nullptr),
+                       typed<float>(out));
+        else
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), 0.0, static_cast<const double*>(nullptr),
+                       typed<double>(out));
+        return;
+    }
     require_float("scale_into", "x", x.type());
     check_out("scale_into", "out", out, x.type(), x.shape());
     check_no_overlap("scale_into", "out", out, "x", x);
@@ -181,6 +230,15 @@ void cpu_session::axpby(double alpha, const_tensor_view x, double beta, tensor_v
 
 void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) {
     constexpr std::string_view op = "axpby_into";
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x, y)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), beta, typed<float>(y), typed<float>(out));
+        else
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), beta, typed<double>(y), typed<double>(out));
+        return;
+    }
     require_float(op, "x", x.type());
     require_same_dtype(op, "x", x.type(), "y", y.type());
     const extents shape = broadcast_shapes(op, "x", x.shape(), "y", y.shape());

@@ -134,8 +134,37 @@ void run_reduce(cpu_session& s, reduce_op op, const const_tensor_view& x, const 
         run_reduce_t<double>(s, op, x, p, out);
 }
 
+// The contiguous fast path (op_support.hpp) of a reduction to one value: x
+// row-major dense with n >= 1 elements, every axis reduced (`axes` empty, or
+// the one axis of a rank-1 x), a rank-0 `out` of x's float dtype outside x.
+// The result is the general path's: one unit-stride run in chunks.
+template <class T>
+void reduce_dense(cpu_session& s, reduce_op op, const T* x, std::int64_t n, T* out) {
+    const nd_loop<1> loop = dense_loop<1>(n);
+    *out = reduce_in_chunks<T>(
+        s, op, n, [&](std::int64_t begin, std::int64_t end) { return kernels::reduce(op, loop, x, begin, end); });
+}
+
+bool reduce_dense_call(std::int64_t& n, const const_tensor_view& x, std::span<const std::int64_t> axes,
+                       const tensor_view& out) noexcept {
+    const dtype t = x.type();
+    if (!is_float(t) || out.type() != t || out.rank() != 0) return false;
+    if (!axes.empty() && !(x.rank() == 1 && axes.size() == 1 && (axes[0] == 0 || axes[0] == -1))) return false;
+    if (!dense_alike(n, x) || n == 0) return false;
+    const auto item = static_cast<std::int64_t>(size_of(t));
+    return disjoint(out.data(), item, x.data(), n * item);
+}
+
 void reduce_into(cpu_session& s, std::string_view name, reduce_op op, const const_tensor_view& x,
                  std::span<const std::int64_t> axes, const tensor_view& out) {
+    std::int64_t n = 0;
+    if (reduce_dense_call(n, x, axes, out)) {
+        if (x.type() == dtype::f32)
+            reduce_dense(s, op, static_cast<const float*>(x.data()), n, static_cast<float*>(out.data()));
+        else
+            reduce_dense(s, op, static_cast<const double*>(x.data()), n, static_cast<double*>(out.data()));
+        return;
+    }
     const reduce_plan p = plan_reduce(name, op, x, axes);
     check_out(name, "out", out, x.type(), p.out_shape.span());
     check_no_overlap(name, "out", out, "x", x);
@@ -203,6 +232,24 @@ TENFERRO_REDUCE_OP(min)
 #undef TENFERRO_REDUCE_OP
 
 void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
+    // The contiguous fast path (op_support.hpp): a and b dense, of one float
+    // dtype and shape with n >= 1 elements, a rank-0 `out` of that dtype
+    // outside both; the general path's loop and chunks.
+    std::int64_t n = 0;
+    const dtype t = a.type();
+    if (is_float(t) && b.type() == t && out.type() == t && out.rank() == 0 && dense_alike(n, a, b) && n != 0) {
+        const auto item = static_cast<std::int64_t>(size_of(t));
+        if (disjoint(out.data(), item, a.data(), n * item) && disjoint(out.data(), item, b.data(), n * item)) {
+            const nd_loop<2> loop = dense_loop<2>(n);
+            if (t == dtype::f32)
+                *static_cast<float*>(out.data()) =
+                    dot_t(*this, loop, static_cast<const float*>(a.data()), static_cast<const float*>(b.data()));
+            else
+                *static_cast<double*>(out.data()) =
+                    dot_t(*this, loop, static_cast<const double*>(a.data()), static_cast<const double*>(b.data()));
+            return;
+        }
+    }
     check_vdot("vdot_into", a, b);
     check_out("vdot_into", "out", out, a.type(), {});
     check_no_overlap("vdot_into", "out", out, "a", a);

@@ -131,6 +131,24 @@ void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out
 
 void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
     constexpr std::string_view op = "copy_into";
+    // The contiguous fast path (op_support.hpp): src and dst of one dtype and
+    // shape, both dense, disjoint; the general path's one-axis copy.
+    std::int64_t n = 0;
+    if (src.type() == dst.type() && dense_alike(n, dst, src)) {
+        const auto bytes = n * static_cast<std::int64_t>(dst.itemsize());
+        if (n == 0) return;
+        if (disjoint(dst.data(), bytes, src.data(), bytes)) {
+            const auto loop = dense_loop<2>(n);
+            const std::size_t itemsize = dst.itemsize();
+            void* out = dst.data();
+            const void* in = src.data();
+            if (n < parallel_threshold) return kernels::copy(loop, itemsize, out, in, 0, n);
+            for_range(*this, n, 1, [&](std::int64_t begin, std::int64_t end) {
+                kernels::copy(loop, itemsize, out, in, begin, end);
+            });
+            return;
+        }
+    }
     const extents shape = broadcast_shapes(op, "dst", dst.shape(), "src", src.shape());
     if (!std::ranges::equal(shape.span(), dst.shape()))
         fail(op, "operand src has shape " + str(src.shape()) + ", which does not broadcast to dst's shape " +
