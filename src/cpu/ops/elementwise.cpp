@@ -7,6 +7,11 @@
 #include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
+// The op lists, expanded for cpu_session's `_into` forms and for
+// backend_session's allocating forms (end of file).
+#define TENFERRO_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(maximum) X(minimum)
+#define TENFERRO_UNARY_OPS(X) X(neg) X(abs) X(exp) X(log) X(tanh) X(sqrt) X(rsqrt) X(sigmoid) X(relu)
+
 namespace tenferro::detail {
 namespace {
 
@@ -72,7 +77,7 @@ void exec_axpby(cpu_session& s, const nd_loop<3>& loop, std::int64_t n, double a
 bool dense_float_call(std::int64_t& n, const tensor_view& out, const auto&... inputs) noexcept {
     const dtype t = out.type();
     if (!is_float(t) || ((inputs.type() != t) || ...) || !dense_alike(n, out, inputs...)) return false;
-    const std::int64_t bytes = n * static_cast<std::int64_t>(size_of(t));
+    const std::int64_t bytes = n * (t == dtype::f32 ? 4 : 8);
     return n == 0 || (disjoint(out.data(), bytes, inputs.data(), bytes) && ...);
 }
 
@@ -173,27 +178,14 @@ bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
     void cpu_session::name##_into(const_tensor_view a, const_tensor_view b, tensor_view out) { \
         binary_into(*this, #name "_into", binary_op::name, a, b, out);                         \
     }
-TENFERRO_BINARY_OP(add)
-TENFERRO_BINARY_OP(sub)
-TENFERRO_BINARY_OP(mul)
-TENFERRO_BINARY_OP(div)
-TENFERRO_BINARY_OP(maximum)
-TENFERRO_BINARY_OP(minimum)
+TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 #undef TENFERRO_BINARY_OP
 
 #define TENFERRO_UNARY_OP(name)                                           \
     void cpu_session::name##_into(const_tensor_view x, tensor_view out) { \
         unary_into(*this, #name "_into", unary_op::name, x, out);         \
     }
-TENFERRO_UNARY_OP(neg)
-TENFERRO_UNARY_OP(abs)
-TENFERRO_UNARY_OP(exp)
-TENFERRO_UNARY_OP(log)
-TENFERRO_UNARY_OP(tanh)
-TENFERRO_UNARY_OP(sqrt)
-TENFERRO_UNARY_OP(rsqrt)
-TENFERRO_UNARY_OP(sigmoid)
-TENFERRO_UNARY_OP(relu)
+TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
 void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
@@ -262,12 +254,7 @@ namespace tenferro {
         name##_into(a, b, out.view());                                       \
         return out;                                                          \
     }
-TENFERRO_BINARY_OP(add)
-TENFERRO_BINARY_OP(sub)
-TENFERRO_BINARY_OP(mul)
-TENFERRO_BINARY_OP(div)
-TENFERRO_BINARY_OP(maximum)
-TENFERRO_BINARY_OP(minimum)
+TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 #undef TENFERRO_BINARY_OP
 
 #define TENFERRO_UNARY_OP(name)                           \
@@ -277,15 +264,7 @@ TENFERRO_BINARY_OP(minimum)
         name##_into(x, out.view());                       \
         return out;                                       \
     }
-TENFERRO_UNARY_OP(neg)
-TENFERRO_UNARY_OP(abs)
-TENFERRO_UNARY_OP(exp)
-TENFERRO_UNARY_OP(log)
-TENFERRO_UNARY_OP(tanh)
-TENFERRO_UNARY_OP(sqrt)
-TENFERRO_UNARY_OP(rsqrt)
-TENFERRO_UNARY_OP(sigmoid)
-TENFERRO_UNARY_OP(relu)
+TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
 tensor backend_session::scale(const_tensor_view x, double alpha) {
@@ -296,3 +275,6 @@ tensor backend_session::scale(const_tensor_view x, double alpha) {
 }
 
 }  // namespace tenferro
+
+#undef TENFERRO_BINARY_OPS
+#undef TENFERRO_UNARY_OPS

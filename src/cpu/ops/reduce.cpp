@@ -151,7 +151,7 @@ bool reduce_dense_call(std::int64_t& n, const const_tensor_view& x, std::span<co
     if (!is_float(t) || out.type() != t || out.rank() != 0) return false;
     if (!axes.empty() && !(x.rank() == 1 && axes.size() == 1 && (axes[0] == 0 || axes[0] == -1))) return false;
     if (!dense_alike(n, x) || n == 0) return false;
-    const auto item = static_cast<std::int64_t>(size_of(t));
+    const std::int64_t item = t == dtype::f32 ? 4 : 8;
     return disjoint(out.data(), item, x.data(), n * item);
 }
 
@@ -238,7 +238,7 @@ void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_vie
     std::int64_t n = 0;
     const dtype t = a.type();
     if (is_float(t) && b.type() == t && out.type() == t && out.rank() == 0 && dense_alike(n, a, b) && n != 0) {
-        const auto item = static_cast<std::int64_t>(size_of(t));
+        const std::int64_t item = t == dtype::f32 ? 4 : 8;
         if (disjoint(out.data(), item, a.data(), n * item) && disjoint(out.data(), item, b.data(), n * item)) {
             const nd_loop<2> loop = dense_loop<2>(n);
             if (t == dtype::f32)
