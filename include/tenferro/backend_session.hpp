@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// `backend_session`: what a session body receives. Every operation is a
-/// virtual member, so one body can run against any backend.
+/// member whose implementation is a virtual of the backend, so one body can run
+/// against any backend.
 ///
 /// ## Conventions shared by every operation
 ///
@@ -11,6 +12,11 @@
 ///   exactly the result's dtype and shape, must not overlap any input
 ///   (`overlaps(out, input)`), and must not be a broadcast view (stride 0 on an
 ///   axis of extent > 1). `out` may be any other strided view.
+/// - Only the `_into` forms (and the in-place `axpby`) are virtual: each
+///   allocating form is a non-virtual wrapper that validates its arguments
+///   (throwing with its own name, `add: ...`), allocates the result through
+///   the backend (`allocate`; the CPU backend's buffer pool) and calls the
+///   `_into` form. A backend implements each op once.
 /// - Inputs are `const_tensor_view`s of any strides: contiguous, sliced,
 ///   transposed, reversed (negative strides) or broadcast (zero strides). A
 ///   `tensor` converts implicitly.
@@ -100,17 +106,17 @@ public:
     /// s.maximum_into(a, b, out);       // out must be a [2, 3] f32 view
     /// \endcode
     ///@{
-    virtual tensor add(const_tensor_view a, const_tensor_view b) = 0;
+    tensor add(const_tensor_view a, const_tensor_view b);
     virtual void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor sub(const_tensor_view a, const_tensor_view b) = 0;
+    tensor sub(const_tensor_view a, const_tensor_view b);
     virtual void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor mul(const_tensor_view a, const_tensor_view b) = 0;
+    tensor mul(const_tensor_view a, const_tensor_view b);
     virtual void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor div(const_tensor_view a, const_tensor_view b) = 0;
+    tensor div(const_tensor_view a, const_tensor_view b);
     virtual void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor maximum(const_tensor_view a, const_tensor_view b) = 0;
+    tensor maximum(const_tensor_view a, const_tensor_view b);
     virtual void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor minimum(const_tensor_view a, const_tensor_view b) = 0;
+    tensor minimum(const_tensor_view a, const_tensor_view b);
     virtual void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
     ///@}
 
@@ -124,23 +130,23 @@ public:
     /// `+inf`, `log(0) = -inf`, `log(x < 0) = NaN`, `tanh(+-inf) = +-1`.
     /// \throws tensor_error for a dtype that is not f32/f64 and (`_into`) a bad `out`.
     ///@{
-    virtual tensor neg(const_tensor_view x) = 0;
+    tensor neg(const_tensor_view x);
     virtual void neg_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor abs(const_tensor_view x) = 0;
+    tensor abs(const_tensor_view x);
     virtual void abs_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor exp(const_tensor_view x) = 0;
+    tensor exp(const_tensor_view x);
     virtual void exp_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor log(const_tensor_view x) = 0;
+    tensor log(const_tensor_view x);
     virtual void log_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor tanh(const_tensor_view x) = 0;
+    tensor tanh(const_tensor_view x);
     virtual void tanh_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor sqrt(const_tensor_view x) = 0;
+    tensor sqrt(const_tensor_view x);
     virtual void sqrt_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor rsqrt(const_tensor_view x) = 0;
+    tensor rsqrt(const_tensor_view x);
     virtual void rsqrt_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor sigmoid(const_tensor_view x) = 0;
+    tensor sigmoid(const_tensor_view x);
     virtual void sigmoid_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor relu(const_tensor_view x) = 0;
+    tensor relu(const_tensor_view x);
     virtual void relu_into(const_tensor_view x, tensor_view out) = 0;
     ///@}
 
@@ -155,7 +161,7 @@ public:
     /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
     /// shapes, an overlapping or broadcast `y` / `out`.
     ///@{
-    virtual tensor scale(const_tensor_view x, double alpha) = 0;
+    tensor scale(const_tensor_view x, double alpha);
     virtual void scale_into(const_tensor_view x, double alpha, tensor_view out) = 0;
     virtual void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) = 0;
     virtual void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) = 0;
@@ -182,13 +188,13 @@ public:
     /// float peak = s.reduce_max(m, {}).data<float>()[0];
     /// \endcode
     ///@{
-    virtual tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes);
     virtual void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    virtual tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes);
     virtual void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    virtual tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes);
     virtual void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    virtual tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes) = 0;
+    tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes);
     virtual void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
 
     tensor reduce_sum(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
@@ -231,9 +237,9 @@ public:
     /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
     /// shapes, and (`_into`) a bad `out`.
     ///@{
-    virtual tensor vdot(const_tensor_view a, const_tensor_view b) = 0;
+    tensor vdot(const_tensor_view a, const_tensor_view b);
     virtual void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    virtual tensor norm_squared(const_tensor_view x) = 0;
+    tensor norm_squared(const_tensor_view x);
     virtual void norm_squared_into(const_tensor_view x, tensor_view out) = 0;
     ///@}
 
@@ -260,9 +266,9 @@ public:
     /// auto [scores, ids] = s.top_k(p, 10, -1);   // [batch, vocab] -> [batch, 10] twice
     /// \endcode
     ///@{
-    virtual tensor softmax(const_tensor_view x, std::int64_t axis) = 0;
+    tensor softmax(const_tensor_view x, std::int64_t axis);
     virtual void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) = 0;
-    virtual std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) = 0;
+    std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis);
     virtual void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
                             tensor_view indices) = 0;
     ///@}
@@ -303,10 +309,10 @@ public:
     /// s.dot_general_into(q, kv, {{2}, {2}, {0}, {0}}, attn, 0.125, 0.0);  // batched
     /// \endcode
     ///@{
-    virtual tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) = 0;
+    tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg);
     virtual void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
                                   double alpha = 1.0, double beta = 0.0) = 0;
-    virtual tensor matmul(const_tensor_view a, const_tensor_view b) = 0;
+    tensor matmul(const_tensor_view a, const_tensor_view b);
     /// `matmul` into a caller-owned `out` of the result's shape (never read).
     virtual void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
     ///@}
@@ -342,13 +348,13 @@ public:
     /// tensor both = s.concatenate({a, b}, -1);
     /// \endcode
     ///@{
-    virtual tensor copy(const_tensor_view x) = 0;
+    tensor copy(const_tensor_view x);
     virtual void copy_into(const_tensor_view src, tensor_view dst) = 0;
-    virtual tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm) = 0;
+    tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm);
     virtual void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) = 0;
-    virtual tensor cast(const_tensor_view x, dtype type) = 0;
+    tensor cast(const_tensor_view x, dtype type);
     virtual void cast_into(const_tensor_view x, tensor_view out) = 0;
-    virtual tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) = 0;
+    tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis);
     virtual void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) = 0;
 
     tensor transpose(const_tensor_view x, std::initializer_list<std::int64_t> perm) {
@@ -368,6 +374,12 @@ public:
 protected:
     backend_session() = default;
     virtual ~backend_session() = default;
+
+    /// A new row-major tensor of `type` and `shape` for an allocating form's
+    /// result (uninitialised; the `_into` form writes every element). The
+    /// default is `tensor::empty(type, shape)`; the CPU backend takes the
+    /// storage from its buffer pool.
+    virtual tensor allocate(dtype type, std::span<const std::int64_t> shape) const;
 };
 
 }  // namespace tenferro

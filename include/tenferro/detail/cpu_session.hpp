@@ -1,8 +1,9 @@
 #pragma once
 // The CPU backend's session: validates arguments and runs kernels through the
 // compute pool's parallel-for, on at most `parallelism()` threads. Outputs and
-// temporaries come from the backend's buffer pool. The operations are defined
-// per family in src/cpu/ops/*.cpp. Visible (in detail/) only because
+// temporaries come from the backend's buffer pool. It implements the `_into`
+// forms (and `axpby`); the allocating forms are backend_session's non-virtual
+// wrappers over them. Both are defined per family in src/cpu/ops/*.cpp. Visible (in detail/) only because
 // `cpu_engine::open_session` returns it by value into the session entry's
 // template code; users only ever see it as a `backend_session&`.
 
@@ -42,8 +43,9 @@ public:
         pool_.parallel_for(permits_, count, grain, body);
     }
 
-    /// A new row-major tensor whose storage comes from the buffer pool.
-    tensor allocate(dtype type, std::span<const std::int64_t> shape) const {
+    /// A new row-major tensor whose storage comes from the buffer pool (the
+    /// allocating forms' results too).
+    tensor allocate(dtype type, std::span<const std::int64_t> shape) const override {
         return tensor::empty(type, shape, buffers_);
     }
     /// The buffer pool, for temporaries (`std::pmr` containers).
@@ -53,89 +55,53 @@ public:
     cpu_runtime_cache& cache() const noexcept { return cache_; }
 
     // Elementwise (src/cpu/ops/elementwise.cpp).
-    tensor add(const_tensor_view a, const_tensor_view b) override;
     void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor sub(const_tensor_view a, const_tensor_view b) override;
     void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor mul(const_tensor_view a, const_tensor_view b) override;
     void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor div(const_tensor_view a, const_tensor_view b) override;
     void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor maximum(const_tensor_view a, const_tensor_view b) override;
     void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor minimum(const_tensor_view a, const_tensor_view b) override;
     void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor neg(const_tensor_view x) override;
     void neg_into(const_tensor_view x, tensor_view out) override;
-    tensor abs(const_tensor_view x) override;
     void abs_into(const_tensor_view x, tensor_view out) override;
-    tensor exp(const_tensor_view x) override;
     void exp_into(const_tensor_view x, tensor_view out) override;
-    tensor log(const_tensor_view x) override;
     void log_into(const_tensor_view x, tensor_view out) override;
-    tensor tanh(const_tensor_view x) override;
     void tanh_into(const_tensor_view x, tensor_view out) override;
-    tensor sqrt(const_tensor_view x) override;
     void sqrt_into(const_tensor_view x, tensor_view out) override;
-    tensor rsqrt(const_tensor_view x) override;
     void rsqrt_into(const_tensor_view x, tensor_view out) override;
-    tensor sigmoid(const_tensor_view x) override;
     void sigmoid_into(const_tensor_view x, tensor_view out) override;
-    tensor relu(const_tensor_view x) override;
     void relu_into(const_tensor_view x, tensor_view out) override;
-    tensor scale(const_tensor_view x, double alpha) override;
     void scale_into(const_tensor_view x, double alpha, tensor_view out) override;
     void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) override;
     void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) override;
 
     // Reductions (src/cpu/ops/reduce.cpp).
-    using backend_session::reduce_max;
     using backend_session::reduce_max_into;
-    using backend_session::reduce_min;
     using backend_session::reduce_min_into;
-    using backend_session::reduce_prod;
     using backend_session::reduce_prod_into;
-    using backend_session::reduce_sum;
     using backend_session::reduce_sum_into;
-    tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes) override;
     void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes) override;
     void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes) override;
     void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes) override;
     void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    tensor vdot(const_tensor_view a, const_tensor_view b) override;
     void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    tensor norm_squared(const_tensor_view x) override;
     void norm_squared_into(const_tensor_view x, tensor_view out) override;
 
     // Row-wise (src/cpu/ops/rowwise.cpp).
-    tensor softmax(const_tensor_view x, std::int64_t axis) override;
     void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) override;
-    std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) override;
     void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
                     tensor_view indices) override;
 
     // Structural (src/cpu/ops/structural.cpp).
-    using backend_session::concatenate;
     using backend_session::concatenate_into;
-    using backend_session::transpose;
     using backend_session::transpose_into;
-    tensor copy(const_tensor_view x) override;
     void copy_into(const_tensor_view src, tensor_view dst) override;
-    tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm) override;
     void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) override;
-    tensor cast(const_tensor_view x, dtype type) override;
     void cast_into(const_tensor_view x, tensor_view out) override;
-    tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) override;
     void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) override;
 
     // Contractions (src/cpu/ops/contraction.cpp).
-    tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) override;
     void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
                           double alpha, double beta) override;
-    tensor matmul(const_tensor_view a, const_tensor_view b) override;
     void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
 
 private:

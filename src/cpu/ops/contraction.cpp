@@ -1,4 +1,5 @@
-// The contraction family of cpu_session: dot_general and matmul.
+// The contraction family of cpu_session: dot_general(_into) and matmul(_into);
+// the allocating forms (backend_session's wrappers) at the end.
 //
 // Both are reduced to one *canonical* problem: a batch of GEMMs
 // `C[i, j] = alpha * sum_p A[i, p] * B[p, j] + beta * C[i, j]` over 2-D strided
@@ -209,12 +210,12 @@ void finish_plan(contraction_plan& p, dtype type, std::size_t threads) {
 }
 
 contraction_plan plan_dot_general(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
-                                  const dot_config& cfg, const tensor_view* out, std::size_t threads) {
+                                  const dot_config& cfg, const tensor_view& out, std::size_t threads) {
     const dot_axes d = check_dot_axes(op, a, b, cfg);
     contraction_plan p;
     p.out_shape = dot_out_shape(a, b, d);
-    if (out) check_out(op, "out", *out, a.type(), p.out_shape.span());
-    const extents out_strides = out ? extents(out->strides()) : row_major_strides(p.out_shape.span());
+    check_out(op, "out", out, a.type(), p.out_shape.span());
+    const extents out_strides(out.strides());
 
     // Contracted pairs, visited in decreasing |stride| of a so that a dense
     // `a` merges whatever order the config lists them in.
@@ -305,16 +306,27 @@ contraction_plan plan_dot_general(std::string_view op, const const_tensor_view& 
 
 // ---- matmul planning -------------------------------------------------------
 
-contraction_plan plan_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
-                             const tensor_view* out, std::size_t threads) {
+// matmul's operands as stacks of matrices (a rank-1 operand promoted), and the
+// result's shape; throws for everything matmul rejects.
+struct matmul_dims {
+    bool a_vec = false, b_vec = false;
+    extents ash, ast, bsh, bst;  // the promoted shapes and strides
+    std::int64_t m = 0, n = 0, k = 0;
+    extents batch;      // the broadcast batch extents
+    extents out_shape;  // batch, then m unless a_vec, then n unless b_vec
+};
+
+matmul_dims check_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
     require_float(op, "a", a.type());
     require_same_dtype(op, "a", a.type(), "b", b.type());
     if (a.rank() == 0 || b.rank() == 0)
         fail(op, std::string("operand ") + (a.rank() == 0 ? "a" : "b") + " is a rank-0 scalar (a shape " +
                      str(a.shape()) + ", b shape " + str(b.shape()) + "); matmul needs rank >= 1 (use mul)");
     // Promote vectors: a [k] -> [1, k], b [k] -> [k, 1].
-    const bool a_vec = a.rank() == 1, b_vec = b.rank() == 1;
-    extents ash, ast, bsh, bst;
+    matmul_dims md;
+    const bool a_vec = md.a_vec = a.rank() == 1;
+    const bool b_vec = md.b_vec = b.rank() == 1;
+    extents &ash = md.ash, &ast = md.ast, &bsh = md.bsh, &bst = md.bst;
     if (a_vec) {
         ash = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{1, a.shape()[0]}));
         ast = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{0, a.strides()[0]}));
@@ -336,14 +348,28 @@ contraction_plan plan_matmul(std::string_view op, const const_tensor_view& a, co
                      std::to_string(k) + ") differs from b's " + (b_vec ? "only axis (" : "second-to-last axis (") +
                      std::to_string(kb) + ")");
     const std::span<const std::int64_t> a_batch(ash.span().data(), ar - 2), b_batch(bsh.span().data(), br - 2);
-    const extents batch = broadcast_shapes(op, "a", a_batch, "b", b_batch);
+    md.batch = broadcast_shapes(op, "a", a_batch, "b", b_batch);
+    md.m = m;
+    md.n = n;
+    md.k = k;
+    md.out_shape = md.batch;
+    if (!a_vec) md.out_shape.push_back(m);
+    if (!b_vec) md.out_shape.push_back(n);
+    return md;
+}
+
+contraction_plan plan_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
+                             const tensor_view& out, std::size_t threads) {
+    const matmul_dims md = check_matmul(op, a, b);
+    const bool a_vec = md.a_vec, b_vec = md.b_vec;
+    const extents &ast = md.ast, &bst = md.bst, &ash = md.ash, &bsh = md.bsh, &batch = md.batch;
+    const std::size_t ar = ash.size(), br = bsh.size();
+    const std::int64_t m = md.m, n = md.n, k = md.k;
 
     contraction_plan p;
-    p.out_shape = batch;
-    if (!a_vec) p.out_shape.push_back(m);
-    if (!b_vec) p.out_shape.push_back(n);
-    if (out) check_out(op, "out", *out, a.type(), p.out_shape.span());
-    const extents os = out ? extents(out->strides()) : row_major_strides(p.out_shape.span());
+    p.out_shape = md.out_shape;
+    check_out(op, "out", out, a.type(), p.out_shape.span());
+    const extents os(out.strides());
 
     gemm_layout& g = p.g;
     g.m = m;
@@ -397,7 +423,7 @@ private:
 };
 
 std::string plan_key(char tag, const const_tensor_view& a, const const_tensor_view& b, const dot_config* cfg,
-                     const tensor_view* out, std::size_t threads) {
+                     const tensor_view& out, std::size_t threads) {
     key_builder k(tag);
     k.add(static_cast<std::int64_t>(threads));
     // Kernel plans belong to one Highway target (tests switch targets).
@@ -410,10 +436,7 @@ std::string plan_key(char tag, const const_tensor_view& a, const const_tensor_vi
         k.add(cfg->lhs_batch);
         k.add(cfg->rhs_batch);
     }
-    if (out)
-        k.add(out->strides());
-    else
-        k.add(std::int64_t{-1});
+    k.add(out.strides());
     return k.take();
 }
 
@@ -584,43 +607,23 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
 
 }  // namespace
 
-tensor cpu_session::dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) {
-    constexpr std::string_view op = "dot_general";
-    require_float(op, "a", a.type());
-    require_same_dtype(op, "a", a.type(), "b", b.type());
-    const auto plan = cached_plan(cache(), plan_key('D', a, b, &cfg, nullptr, parallelism()),
-                                  [&] { return plan_dot_general(op, a, b, cfg, nullptr, parallelism()); });
-    tensor out = allocate(a.type(), plan->out_shape.span());
-    run_plan(*this, *plan, a, b, out, 1.0, 0.0);
-    return out;
-}
-
 void cpu_session::dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
                                    double alpha, double beta) {
     constexpr std::string_view op = "dot_general_into";
     require_float(op, "a", a.type());
     require_same_dtype(op, "a", a.type(), "b", b.type());
-    const auto plan = cached_plan(cache(), plan_key('d', a, b, &cfg, &out, parallelism()),
-                                  [&] { return plan_dot_general(op, a, b, cfg, &out, parallelism()); });
+    const auto plan = cached_plan(cache(), plan_key('d', a, b, &cfg, out, parallelism()),
+                                  [&] { return plan_dot_general(op, a, b, cfg, out, parallelism()); });
     check_out(op, "out", out, a.type(), plan->out_shape.span());  // also on a cache hit
     check_no_overlap(op, "out", out, "a", a);
     check_no_overlap(op, "out", out, "b", b);
     run_plan(*this, *plan, a, b, out, alpha, beta);
 }
 
-tensor cpu_session::matmul(const_tensor_view a, const_tensor_view b) {
-    constexpr std::string_view op = "matmul";
-    const auto plan = cached_plan(cache(), plan_key('M', a, b, nullptr, nullptr, parallelism()),
-                                  [&] { return plan_matmul(op, a, b, nullptr, parallelism()); });
-    tensor out = allocate(a.type(), plan->out_shape.span());
-    run_plan(*this, *plan, a, b, out, 1.0, 0.0);
-    return out;
-}
-
 void cpu_session::matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
     constexpr std::string_view op = "matmul_into";
-    const auto plan = cached_plan(cache(), plan_key('m', a, b, nullptr, &out, parallelism()),
-                                  [&] { return plan_matmul(op, a, b, &out, parallelism()); });
+    const auto plan = cached_plan(cache(), plan_key('m', a, b, nullptr, out, parallelism()),
+                                  [&] { return plan_matmul(op, a, b, out, parallelism()); });
     check_out(op, "out", out, a.type(), plan->out_shape.span());  // also on a cache hit
     check_no_overlap(op, "out", out, "a", a);
     check_no_overlap(op, "out", out, "b", b);
@@ -628,3 +631,28 @@ void cpu_session::matmul_into(const_tensor_view a, const_tensor_view b, tensor_v
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form (whose
+// plan, keyed by the new output's row-major strides, is the cached one).
+
+tensor backend_session::dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) {
+    constexpr std::string_view op = "dot_general";
+    detail::ops::require_float(op, "a", a.type());
+    detail::ops::require_same_dtype(op, "a", a.type(), "b", b.type());
+    const detail::extents shape = detail::dot_out_shape(a, b, detail::check_dot_axes(op, a, b, cfg));
+    tensor out = allocate(a.type(), shape.span());
+    dot_general_into(a, b, cfg, out.view(), 1.0, 0.0);
+    return out;
+}
+
+tensor backend_session::matmul(const_tensor_view a, const_tensor_view b) {
+    const detail::matmul_dims md = detail::check_matmul("matmul", a, b);
+    tensor out = allocate(a.type(), md.out_shape.span());
+    matmul_into(a, b, out.view());
+    return out;
+}
+
+}  // namespace tenferro

@@ -1,9 +1,16 @@
 // The elementwise family of cpu_session: binary ops with numpy broadcasting,
 // unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
+// Each op's `_into` form here is its one implementation (axpby, in place, has
+// its own); the allocating forms at the end are backend_session's wrappers.
 
 #include "kernels/elementwise.hpp"
 #include "cpu/ops/op_support.hpp"
 #include "tenferro/detail/cpu_session.hpp"
+
+// The op lists, expanded for cpu_session's `_into` forms and for
+// backend_session's allocating forms (end of file).
+#define TENFERRO_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(maximum) X(minimum)
+#define TENFERRO_UNARY_OPS(X) X(neg) X(abs) X(exp) X(log) X(tanh) X(sqrt) X(rsqrt) X(sigmoid) X(relu)
 
 namespace tenferro::detail {
 namespace {
@@ -37,6 +44,43 @@ const T* typed(const const_tensor_view& v) {
     return static_cast<const T*>(v.data());
 }
 
+// The kernels over `loop` of n positions: inline below the parallel threshold,
+// else in fixed chunks over the session's workers (for_range).
+template <class T>
+void exec_binary(cpu_session& s, binary_op op, const nd_loop<3>& loop, std::int64_t n, T* out, const T* a, const T* b) {
+    if (n < parallel_threshold) return kernels::binary(op, loop, out, a, b, 0, n);
+    for_range(s, n, 1, [&](std::int64_t begin, std::int64_t end) { kernels::binary(op, loop, out, a, b, begin, end); });
+}
+
+template <class T>
+void exec_unary(cpu_session& s, unary_op op, const nd_loop<2>& loop, std::int64_t n, T* out, const T* x) {
+    if (n * cost_of(op) < parallel_threshold) return kernels::unary(op, loop, out, x, 0, n);
+    for_range(s, n, cost_of(op),
+              [&](std::int64_t begin, std::int64_t end) { kernels::unary(op, loop, out, x, begin, end); });
+}
+
+// out = alpha * x + beta * y; y unread (and may be null) when beta == 0.
+template <class T>
+void exec_axpby(cpu_session& s, const nd_loop<3>& loop, std::int64_t n, double alpha, const T* x, double beta,
+                const T* y, T* out) {
+    const auto a = static_cast<T>(alpha);
+    const auto b = static_cast<T>(beta);
+    if (b == T(0)) y = nullptr;
+    if (n < parallel_threshold) return kernels::axpby(loop, a, x, b, y, out, 0, n);
+    for_range(s, n, 1,
+              [&](std::int64_t begin, std::int64_t end) { kernels::axpby(loop, a, x, b, y, out, begin, end); });
+}
+
+// The contiguous fast path's test (op_support.hpp): `out` and `inputs` of
+// `out`'s float dtype and shape, row-major dense, no input overlapping `out`.
+// Sets n to the element count.
+bool dense_float_call(std::int64_t& n, const tensor_view& out, const auto&... inputs) noexcept {
+    const dtype t = out.type();
+    if (!is_float(t) || ((inputs.type() != t) || ...) || !dense_alike(n, out, inputs...)) return false;
+    const std::int64_t bytes = n * (t == dtype::f32 ? 4 : 8);
+    return n == 0 || (disjoint(out.data(), bytes, inputs.data(), bytes) && ...);
+}
+
 // ---- binary -------------------------------------------------------------------
 
 extents check_binary(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
@@ -51,27 +95,23 @@ void run_binary(cpu_session& s, binary_op op, const const_tensor_view& a, const 
     const extents sa = broadcast_strides(a, out.shape());
     const extents sb = broadcast_strides(b, out.shape());
     const auto loop = make_loop<3>(out.shape(), {out.strides(), sa.span(), sb.span()});
-    if (out.type() == dtype::f32) {
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::binary(op, loop, typed<float>(out), typed<float>(a), typed<float>(b), begin, end);
-        });
-    } else {
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::binary(op, loop, typed<double>(out), typed<double>(a), typed<double>(b), begin, end);
-        });
-    }
-}
-
-tensor binary_alloc(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
-                    const const_tensor_view& b) {
-    const extents shape = check_binary(name, a, b);
-    tensor out = s.allocate(a.type(), shape);
-    run_binary(s, op, a, b, out.view());
-    return out;
+    if (out.type() == dtype::f32)
+        exec_binary(s, op, loop, loop.size(), typed<float>(out), typed<float>(a), typed<float>(b));
+    else
+        exec_binary(s, op, loop, loop.size(), typed<double>(out), typed<double>(a), typed<double>(b));
 }
 
 void binary_into(cpu_session& s, std::string_view name, binary_op op, const const_tensor_view& a,
                  const const_tensor_view& b, const tensor_view& out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, a, b)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_binary(s, op, dense_loop<3>(n), n, typed<float>(out), typed<float>(a), typed<float>(b));
+        else
+            exec_binary(s, op, dense_loop<3>(n), n, typed<double>(out), typed<double>(a), typed<double>(b));
+        return;
+    }
     const extents shape = check_binary(name, a, b);
     check_out(name, "out", out, a.type(), shape);
     check_no_overlap(name, "out", out, "a", a);
@@ -84,26 +124,23 @@ void binary_into(cpu_session& s, std::string_view name, binary_op op, const cons
 void run_unary(cpu_session& s, unary_op op, const const_tensor_view& x, const tensor_view& out) {
     if (out.size() == 0) return;
     const auto loop = make_loop<2>(out.shape(), {out.strides(), x.strides()});
-    if (out.type() == dtype::f32) {
-        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
-            kernels::unary(op, loop, typed<float>(out), typed<float>(x), begin, end);
-        });
-    } else {
-        for_range(s, loop.size(), cost_of(op), [&](std::int64_t begin, std::int64_t end) {
-            kernels::unary(op, loop, typed<double>(out), typed<double>(x), begin, end);
-        });
-    }
-}
-
-tensor unary_alloc(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x) {
-    require_float(name, "x", x.type());
-    tensor out = s.allocate(x.type(), x.shape());
-    run_unary(s, op, x, out.view());
-    return out;
+    if (out.type() == dtype::f32)
+        exec_unary(s, op, loop, loop.size(), typed<float>(out), typed<float>(x));
+    else
+        exec_unary(s, op, loop, loop.size(), typed<double>(out), typed<double>(x));
 }
 
 void unary_into(cpu_session& s, std::string_view name, unary_op op, const const_tensor_view& x,
                 const tensor_view& out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_unary(s, op, dense_loop<2>(n), n, typed<float>(out), typed<float>(x));
+        else
+            exec_unary(s, op, dense_loop<2>(n), n, typed<double>(out), typed<double>(x));
+        return;
+    }
     require_float(name, "x", x.type());
     check_out(name, "out", out, x.type(), x.shape());
     check_no_overlap(name, "out", out, "x", x);
@@ -119,19 +156,12 @@ void run_axpby(cpu_session& s, double alpha, const const_tensor_view& x, double 
     const extents sx = broadcast_strides(x, out.shape());
     const extents sy = y != nullptr ? broadcast_strides(*y, out.shape()) : extents(out.rank(), 0);
     const auto loop = make_loop<3>(out.shape(), {out.strides(), sx.span(), sy.span()});
-    if (out.type() == dtype::f32) {
-        const auto a = static_cast<float>(alpha);
-        const auto b = static_cast<float>(beta);
-        const float* py = y != nullptr && b != 0.0f ? typed<float>(*y) : nullptr;
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::axpby(loop, a, typed<float>(x), b, py, typed<float>(out), begin, end);
-        });
-    } else {
-        const double* py = y != nullptr && beta != 0.0 ? typed<double>(*y) : nullptr;
-        for_range(s, loop.size(), 1, [&](std::int64_t begin, std::int64_t end) {
-            kernels::axpby(loop, alpha, typed<double>(x), beta, py, typed<double>(out), begin, end);
-        });
-    }
+    if (out.type() == dtype::f32)
+        exec_axpby(s, loop, loop.size(), alpha, typed<float>(x), beta, y != nullptr ? typed<float>(*y) : nullptr,
+                   typed<float>(out));
+    else
+        exec_axpby(s, loop, loop.size(), alpha, typed<double>(x), beta, y != nullptr ? typed<double>(*y) : nullptr,
+                   typed<double>(out));
 }
 
 // A view is "the same view" as another when it addresses exactly the same elements in the same order.
@@ -145,44 +175,31 @@ bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
 }  // namespace
 
 #define TENFERRO_BINARY_OP(name)                                                               \
-    tensor cpu_session::name(const_tensor_view a, const_tensor_view b) {                       \
-        return binary_alloc(*this, #name, binary_op::name, a, b);                              \
-    }                                                                                          \
     void cpu_session::name##_into(const_tensor_view a, const_tensor_view b, tensor_view out) { \
         binary_into(*this, #name "_into", binary_op::name, a, b, out);                         \
     }
-TENFERRO_BINARY_OP(add)
-TENFERRO_BINARY_OP(sub)
-TENFERRO_BINARY_OP(mul)
-TENFERRO_BINARY_OP(div)
-TENFERRO_BINARY_OP(maximum)
-TENFERRO_BINARY_OP(minimum)
+TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 #undef TENFERRO_BINARY_OP
 
-#define TENFERRO_UNARY_OP(name)                                                                            \
-    tensor cpu_session::name(const_tensor_view x) { return unary_alloc(*this, #name, unary_op::name, x); } \
-    void cpu_session::name##_into(const_tensor_view x, tensor_view out) {                                  \
-        unary_into(*this, #name "_into", unary_op::name, x, out);                                          \
+#define TENFERRO_UNARY_OP(name)                                           \
+    void cpu_session::name##_into(const_tensor_view x, tensor_view out) { \
+        unary_into(*this, #name "_into", unary_op::name, x, out);         \
     }
-TENFERRO_UNARY_OP(neg)
-TENFERRO_UNARY_OP(abs)
-TENFERRO_UNARY_OP(exp)
-TENFERRO_UNARY_OP(log)
-TENFERRO_UNARY_OP(tanh)
-TENFERRO_UNARY_OP(sqrt)
-TENFERRO_UNARY_OP(rsqrt)
-TENFERRO_UNARY_OP(sigmoid)
-TENFERRO_UNARY_OP(relu)
+TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
-tensor cpu_session::scale(const_tensor_view x, double alpha) {
-    require_float("scale", "x", x.type());
-    tensor out = allocate(x.type(), x.shape());
-    run_axpby(*this, alpha, x, 0.0, nullptr, out.view());
-    return out;
-}
-
 void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), 0.0, static_cast<const float*>(nullptr),
+                       typed<float>(out));
+        else
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), 0.0, static_cast<const double*>(nullptr),
+                       typed<double>(out));
+        return;
+    }
     require_float("scale_into", "x", x.type());
     check_out("scale_into", "out", out, x.type(), x.shape());
     check_no_overlap("scale_into", "out", out, "x", x);
@@ -205,6 +222,15 @@ void cpu_session::axpby(double alpha, const_tensor_view x, double beta, tensor_v
 
 void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) {
     constexpr std::string_view op = "axpby_into";
+    std::int64_t n = 0;
+    if (dense_float_call(n, out, x, y)) {
+        if (n == 0) return;
+        if (out.type() == dtype::f32)
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), beta, typed<float>(y), typed<float>(out));
+        else
+            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), beta, typed<double>(y), typed<double>(out));
+        return;
+    }
     require_float(op, "x", x.type());
     require_same_dtype(op, "x", x.type(), "y", y.type());
     const extents shape = broadcast_shapes(op, "x", x.shape(), "y", y.shape());
@@ -215,3 +241,40 @@ void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, con
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form.
+
+#define TENFERRO_BINARY_OP(name)                                             \
+    tensor backend_session::name(const_tensor_view a, const_tensor_view b) { \
+        const detail::extents shape = detail::check_binary(#name, a, b);     \
+        tensor out = allocate(a.type(), shape.span());                       \
+        name##_into(a, b, out.view());                                       \
+        return out;                                                          \
+    }
+TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
+#undef TENFERRO_BINARY_OP
+
+#define TENFERRO_UNARY_OP(name)                           \
+    tensor backend_session::name(const_tensor_view x) {   \
+        detail::ops::require_float(#name, "x", x.type()); \
+        tensor out = allocate(x.type(), x.shape());       \
+        name##_into(x, out.view());                       \
+        return out;                                       \
+    }
+TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
+#undef TENFERRO_UNARY_OP
+
+tensor backend_session::scale(const_tensor_view x, double alpha) {
+    detail::ops::require_float("scale", "x", x.type());
+    tensor out = allocate(x.type(), x.shape());
+    scale_into(x, alpha, out.view());
+    return out;
+}
+
+}  // namespace tenferro
+
+#undef TENFERRO_BINARY_OPS
+#undef TENFERRO_UNARY_OPS

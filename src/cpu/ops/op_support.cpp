@@ -178,3 +178,14 @@ std::int64_t element_count(std::span<const std::int64_t> shape) noexcept {
 }
 
 }  // namespace tenferro::detail::ops
+
+namespace tenferro {
+
+// backend_session's default result allocation (cpu_session overrides it with
+// its buffer pool); here because the allocating forms that call it are defined
+// next to the ops' validation, in this directory.
+tensor backend_session::allocate(dtype type, std::span<const std::int64_t> shape) const {
+    return tensor::empty(type, shape);
+}
+
+}  // namespace tenferro

@@ -79,6 +79,54 @@ inline constexpr std::int64_t parallel_grain = std::int64_t{1} << 15;
 void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
                function_ref<void(std::int64_t, std::int64_t)> body);
 
+// ---- the contiguous fast path ---------------------------------------------------
+//
+// An `_into` call whose operands and output all have one shape, are row-major
+// dense and do not overlap passes every check by construction; it skips the
+// general validation and loop planning and hands the kernel a one-axis loop
+// (the loop make_loop builds for such operands, so results are bitwise those
+// of the general path). Anything else, including every invalid call, takes the
+// general path, which throws the same errors as before.
+
+/// Whether `first` and every view of `rest` have one shape and are row-major
+/// dense (C-contiguous; strides of extent-1 axes ignored). Sets `n` to the
+/// element count when true.
+inline bool dense_alike(std::int64_t& n, const auto& first, const auto&... rest) noexcept {
+    const std::size_t rank = first.rank();
+    if (((rest.rank() != rank) || ...)) return false;
+    const std::int64_t* shape = first.shape().data();
+    const std::int64_t* strides = first.strides().data();
+    std::int64_t expected = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+        const std::int64_t e = shape[d];
+        if (((rest.shape()[d] != e) || ...)) return false;
+        if (e == 1) continue;
+        if (strides[d] != expected || ((rest.strides()[d] != expected) || ...)) return false;
+        expected *= e;
+    }
+    n = expected;
+    return true;
+}
+
+/// Whether the byte ranges [p, p + p_bytes) and [q, q + q_bytes) are disjoint
+/// (`overlaps` for dense views).
+inline bool disjoint(const void* p, std::int64_t p_bytes, const void* q, std::int64_t q_bytes) noexcept {
+    const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(q);
+    return a + static_cast<std::uintptr_t>(p_bytes) <= b || b + static_cast<std::uintptr_t>(q_bytes) <= a;
+}
+
+/// `f32` or `f64`.
+inline bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f64; }
+
+/// The loop make_loop builds for K dense operands of n >= 1 elements.
+template <int K>
+nd_loop<K> dense_loop(std::int64_t n) noexcept {
+    nd_loop<K> loop;
+    loop.shape[0] = n;
+    for (int k = 0; k < K; ++k) loop.strides[k][0] = 1;
+    return loop;
+}
+
 /// The element count of a shape (1 for rank 0).
 std::int64_t element_count(std::span<const std::int64_t> shape) noexcept;
 

@@ -1,6 +1,8 @@
 // The reduction family of cpu_session: reduce_sum / prod / max / min over a
 // list of axes, vdot and norm_squared. Validation and planning here, the
-// arithmetic in kernels/reduce (which documents the summation order).
+// arithmetic in kernels/reduce (which documents the summation order). Each
+// op's `_into` form here is its one implementation; the allocating forms at the
+// end are backend_session's wrappers over them.
 
 #include <memory_resource>
 #include <vector>
@@ -132,16 +134,37 @@ void run_reduce(cpu_session& s, reduce_op op, const const_tensor_view& x, const 
         run_reduce_t<double>(s, op, x, p, out);
 }
 
-tensor reduce_alloc(cpu_session& s, std::string_view name, reduce_op op, const const_tensor_view& x,
-                    std::span<const std::int64_t> axes) {
-    const reduce_plan p = plan_reduce(name, op, x, axes);
-    tensor out = s.allocate(x.type(), p.out_shape.span());
-    run_reduce(s, op, x, p, out.view());
-    return out;
+// The contiguous fast path (op_support.hpp) of a reduction to one value: x
+// row-major dense with n >= 1 elements, every axis reduced (`axes` empty, or
+// the one axis of a rank-1 x), a rank-0 `out` of x's float dtype outside x.
+// The result is the general path's: one unit-stride run in chunks.
+template <class T>
+void reduce_dense(cpu_session& s, reduce_op op, const T* x, std::int64_t n, T* out) {
+    const nd_loop<1> loop = dense_loop<1>(n);
+    *out = reduce_in_chunks<T>(
+        s, op, n, [&](std::int64_t begin, std::int64_t end) { return kernels::reduce(op, loop, x, begin, end); });
+}
+
+bool reduce_dense_call(std::int64_t& n, const const_tensor_view& x, std::span<const std::int64_t> axes,
+                       const tensor_view& out) noexcept {
+    const dtype t = x.type();
+    if (!is_float(t) || out.type() != t || out.rank() != 0) return false;
+    if (!axes.empty() && !(x.rank() == 1 && axes.size() == 1 && (axes[0] == 0 || axes[0] == -1))) return false;
+    if (!dense_alike(n, x) || n == 0) return false;
+    const std::int64_t item = t == dtype::f32 ? 4 : 8;
+    return disjoint(out.data(), item, x.data(), n * item);
 }
 
 void reduce_into(cpu_session& s, std::string_view name, reduce_op op, const const_tensor_view& x,
                  std::span<const std::int64_t> axes, const tensor_view& out) {
+    std::int64_t n = 0;
+    if (reduce_dense_call(n, x, axes, out)) {
+        if (x.type() == dtype::f32)
+            reduce_dense(s, op, static_cast<const float*>(x.data()), n, static_cast<float*>(out.data()));
+        else
+            reduce_dense(s, op, static_cast<const double*>(x.data()), n, static_cast<double*>(out.data()));
+        return;
+    }
     const reduce_plan p = plan_reduce(name, op, x, axes);
     check_out(name, "out", out, x.type(), p.out_shape.span());
     check_no_overlap(name, "out", out, "x", x);
@@ -199,9 +222,6 @@ void run_norm_squared(cpu_session& s, const const_tensor_view& x, const tensor_v
 }  // namespace
 
 #define TENFERRO_REDUCE_OP(name)                                                                                       \
-    tensor cpu_session::reduce_##name(const_tensor_view x, std::span<const std::int64_t> axes) {                       \
-        return reduce_alloc(*this, "reduce_" #name, reduce_op::name, x, axes);                                         \
-    }                                                                                                                  \
     void cpu_session::reduce_##name##_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) { \
         reduce_into(*this, "reduce_" #name "_into", reduce_op::name, x, axes, out);                                    \
     }
@@ -211,26 +231,30 @@ TENFERRO_REDUCE_OP(max)
 TENFERRO_REDUCE_OP(min)
 #undef TENFERRO_REDUCE_OP
 
-tensor cpu_session::vdot(const_tensor_view a, const_tensor_view b) {
-    check_vdot("vdot", a, b);
-    tensor out = allocate(a.type(), {});
-    run_vdot(*this, a, b, out.view());
-    return out;
-}
-
 void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
+    // The contiguous fast path (op_support.hpp): a and b dense, of one float
+    // dtype and shape with n >= 1 elements, a rank-0 `out` of that dtype
+    // outside both; the general path's loop and chunks.
+    std::int64_t n = 0;
+    const dtype t = a.type();
+    if (is_float(t) && b.type() == t && out.type() == t && out.rank() == 0 && dense_alike(n, a, b) && n != 0) {
+        const std::int64_t item = t == dtype::f32 ? 4 : 8;
+        if (disjoint(out.data(), item, a.data(), n * item) && disjoint(out.data(), item, b.data(), n * item)) {
+            const nd_loop<2> loop = dense_loop<2>(n);
+            if (t == dtype::f32)
+                *static_cast<float*>(out.data()) =
+                    dot_t(*this, loop, static_cast<const float*>(a.data()), static_cast<const float*>(b.data()));
+            else
+                *static_cast<double*>(out.data()) =
+                    dot_t(*this, loop, static_cast<const double*>(a.data()), static_cast<const double*>(b.data()));
+            return;
+        }
+    }
     check_vdot("vdot_into", a, b);
     check_out("vdot_into", "out", out, a.type(), {});
     check_no_overlap("vdot_into", "out", out, "a", a);
     check_no_overlap("vdot_into", "out", out, "b", b);
     run_vdot(*this, a, b, out);
-}
-
-tensor cpu_session::norm_squared(const_tensor_view x) {
-    require_float("norm_squared", "x", x.type());
-    tensor out = allocate(x.type(), {});
-    run_norm_squared(*this, x, out.view());
-    return out;
 }
 
 void cpu_session::norm_squared_into(const_tensor_view x, tensor_view out) {
@@ -241,3 +265,37 @@ void cpu_session::norm_squared_into(const_tensor_view x, tensor_view out) {
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form.
+
+#define TENFERRO_REDUCE_OP(name)                                                                     \
+    tensor backend_session::reduce_##name(const_tensor_view x, std::span<const std::int64_t> axes) { \
+        const auto plan = detail::plan_reduce("reduce_" #name, detail::reduce_op::name, x, axes);    \
+        tensor out = allocate(x.type(), plan.out_shape.span());                                      \
+        reduce_##name##_into(x, axes, out.view());                                                   \
+        return out;                                                                                  \
+    }
+TENFERRO_REDUCE_OP(sum)
+TENFERRO_REDUCE_OP(prod)
+TENFERRO_REDUCE_OP(max)
+TENFERRO_REDUCE_OP(min)
+#undef TENFERRO_REDUCE_OP
+
+tensor backend_session::vdot(const_tensor_view a, const_tensor_view b) {
+    detail::check_vdot("vdot", a, b);
+    tensor out = allocate(a.type(), {});
+    vdot_into(a, b, out.view());
+    return out;
+}
+
+tensor backend_session::norm_squared(const_tensor_view x) {
+    detail::ops::require_float("norm_squared", "x", x.type());
+    tensor out = allocate(x.type(), {});
+    norm_squared_into(x, out.view());
+    return out;
+}
+
+}  // namespace tenferro

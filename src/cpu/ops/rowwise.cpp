@@ -1,4 +1,6 @@
-// The row-wise family of cpu_session: softmax and top_k along one axis.
+// The row-wise family of cpu_session: softmax and top_k along one axis. Each
+// op's `_into` form here is its one implementation; the allocating forms at the
+// end are backend_session's wrappers over them.
 
 #include <memory_resource>
 
@@ -105,28 +107,12 @@ void run_top_k(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::
 
 }  // namespace
 
-tensor cpu_session::softmax(const_tensor_view x, std::int64_t axis) {
-    require_float("softmax", "x", x.type());
-    const std::int64_t ax = normalize_axis("softmax", axis, "x", x.shape());
-    tensor out = allocate(x.type(), x.shape());
-    run_softmax(*this, x, ax, out.view());
-    return out;
-}
-
 void cpu_session::softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) {
     require_float("softmax_into", "x", x.type());
     const std::int64_t ax = normalize_axis("softmax_into", axis, "x", x.shape());
     check_out("softmax_into", "out", out, x.type(), x.shape());
     check_no_overlap("softmax_into", "out", out, "x", x);
     run_softmax(*this, x, ax, out);
-}
-
-std::pair<tensor, tensor> cpu_session::top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) {
-    const top_k_plan p = plan_top_k("top_k", x, k, axis);
-    tensor values = allocate(x.type(), p.out_shape.span());
-    tensor indices = allocate(dtype::i64, p.out_shape.span());
-    run_top_k(*this, x, k, p.axis, values.view(), indices.view());
-    return {std::move(values), std::move(indices)};
 }
 
 void cpu_session::top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
@@ -143,3 +129,26 @@ void cpu_session::top_k_into(const_tensor_view x, std::int64_t k, std::int64_t a
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form.
+
+tensor backend_session::softmax(const_tensor_view x, std::int64_t axis) {
+    detail::ops::require_float("softmax", "x", x.type());
+    detail::ops::normalize_axis("softmax", axis, "x", x.shape());
+    tensor out = allocate(x.type(), x.shape());
+    softmax_into(x, axis, out.view());
+    return out;
+}
+
+std::pair<tensor, tensor> backend_session::top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) {
+    const detail::top_k_plan p = detail::plan_top_k("top_k", x, k, axis);
+    tensor values = allocate(x.type(), p.out_shape.span());
+    tensor indices = allocate(dtype::i64, p.out_shape.span());
+    top_k_into(x, k, axis, values.view(), indices.view());
+    return {std::move(values), std::move(indices)};
+}
+
+}  // namespace tenferro

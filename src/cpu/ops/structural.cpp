@@ -1,5 +1,7 @@
 // The structural family of cpu_session: copy, copy_into, transpose, cast,
 // concatenate. Every dtype; copies move raw elements (kernels/structural).
+// Each op's `_into` form here is its one implementation; the allocating forms
+// at the end are backend_session's wrappers over them.
 
 #include <cstdlib>
 #include <string>
@@ -127,14 +129,26 @@ void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out
 
 }  // namespace
 
-tensor cpu_session::copy(const_tensor_view x) {
-    tensor out = allocate(x.type(), x.shape());
-    run_copy(*this, x.data(), x.strides(), out.view());
-    return out;
-}
-
 void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
     constexpr std::string_view op = "copy_into";
+    // The contiguous fast path (op_support.hpp): src and dst of one dtype and
+    // shape, both dense, disjoint; the general path's one-axis copy.
+    std::int64_t n = 0;
+    if (src.type() == dst.type() && dense_alike(n, dst, src)) {
+        const auto bytes = n * static_cast<std::int64_t>(dst.itemsize());
+        if (n == 0) return;
+        if (disjoint(dst.data(), bytes, src.data(), bytes)) {
+            const auto loop = dense_loop<2>(n);
+            const std::size_t itemsize = dst.itemsize();
+            void* out = dst.data();
+            const void* in = src.data();
+            if (n < parallel_threshold) return kernels::copy(loop, itemsize, out, in, 0, n);
+            for_range(*this, n, 1, [&](std::int64_t begin, std::int64_t end) {
+                kernels::copy(loop, itemsize, out, in, begin, end);
+            });
+            return;
+        }
+    }
     const extents shape = broadcast_shapes(op, "dst", dst.shape(), "src", src.shape());
     if (!std::ranges::equal(shape.span(), dst.shape()))
         fail(op, "operand src has shape " + str(src.shape()) + ", which does not broadcast to dst's shape " +
@@ -143,14 +157,6 @@ void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
     check_no_overlap(op, "dst", dst, "src", src);
     const extents strides = broadcast_strides(src, dst.shape());
     run_copy(*this, src.data(), strides.span(), dst);
-}
-
-tensor cpu_session::transpose(const_tensor_view x, std::span<const std::int64_t> perm) {
-    const extents p = normalize_perm("transpose", perm, x);
-    const const_tensor_view v = x.transposed(p.span());
-    tensor out = allocate(x.type(), v.shape());
-    run_copy(*this, v.data(), v.strides(), out.view());
-    return out;
 }
 
 void cpu_session::transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) {
@@ -162,25 +168,11 @@ void cpu_session::transpose_into(const_tensor_view x, std::span<const std::int64
     run_copy(*this, v.data(), v.strides(), out);
 }
 
-tensor cpu_session::cast(const_tensor_view x, dtype type) {
-    check_dtype("cast", type);
-    tensor out = allocate(type, x.shape());
-    run_cast(*this, x, out.view());
-    return out;
-}
-
 void cpu_session::cast_into(const_tensor_view x, tensor_view out) {
     constexpr std::string_view op = "cast_into";
     check_out(op, "out", out, out.type(), x.shape());
     check_no_overlap(op, "out", out, "x", x);
     run_cast(*this, x, out);
-}
-
-tensor cpu_session::concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) {
-    const concat_plan p = plan_concat("concatenate", inputs, axis);
-    tensor out = allocate(inputs[0].type(), p.out_shape.span());
-    run_concat(*this, inputs, p.axis, out.view());
-    return out;
 }
 
 void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) {
@@ -192,3 +184,38 @@ void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, st
 }
 
 }  // namespace tenferro::detail
+
+namespace tenferro {
+
+// The allocating forms (non-virtual, backend_session.hpp): validated as their
+// `_into` forms but under their own name, then the virtual `_into` form.
+
+tensor backend_session::copy(const_tensor_view x) {
+    tensor out = allocate(x.type(), x.shape());
+    copy_into(x, out.view());
+    return out;
+}
+
+tensor backend_session::transpose(const_tensor_view x, std::span<const std::int64_t> perm) {
+    const detail::extents p = detail::normalize_perm("transpose", perm, x);
+    const const_tensor_view v = x.transposed(p.span());
+    tensor out = allocate(x.type(), v.shape());
+    transpose_into(x, perm, out.view());
+    return out;
+}
+
+tensor backend_session::cast(const_tensor_view x, dtype type) {
+    detail::check_dtype("cast", type);
+    tensor out = allocate(type, x.shape());
+    cast_into(x, out.view());
+    return out;
+}
+
+tensor backend_session::concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) {
+    const detail::concat_plan p = detail::plan_concat("concatenate", inputs, axis);
+    tensor out = allocate(inputs[0].type(), p.out_shape.span());
+    concatenate_into(inputs, axis, out.view());
+    return out;
+}
+
+}  // namespace tenferro
