@@ -30,6 +30,7 @@
 #include <asio/use_future.hpp>
 #include <hwy/targets.h>
 
+#include "kernels/elementwise.hpp"
 #include "kernels_native.hpp"
 #include "tenferro/tenferro.hpp"
 
@@ -187,6 +188,18 @@ void register_streaming(std::int64_t n) {
             const auto a = cview(d.a.get(), n), b = cview(d.b.get(), n);
             const auto c = view(d.c.get(), n);
             in_session(st, p, [&](tf::backend_session& s) { s.add_into(a, b, c); });
+        });
+    }
+    if (n == sizes[3]) {
+        // The same op with the non-temporal stores of large outputs turned off (regular stores, as
+        // before they came in): the A/B of that choice in one run.
+        add("add", "tenferro_nostream", n, 3 * f * nd, nd, [n](benchmark::State& st) {
+            arrays& d = data(n);
+            const auto a = cview(d.a.get(), n), b = cview(d.b.get(), n);
+            const auto c = view(d.c.get(), n);
+            tf::kernels::set_stream_threshold_bytes(SIZE_MAX);
+            in_session(st, 1, [&](tf::backend_session& s) { s.add_into(a, b, c); });
+            tf::kernels::set_stream_threshold_bytes(0);
         });
     }
     if (n == entry_size) {

@@ -10,7 +10,12 @@
 // Output: one JSON object per line (best and median sample), then a table of ratios of the best samples
 // (ours / Eigen, ours / scalar loop of the same op, ours / scalar std::exp loop, ours / STREAM scale).
 //
-// Usage: tenferro-bench-kernels-transcendental [--rounds R] [--sizes n1,n2,...]
+// Usage: tenferro-bench-kernels-transcendental [--rounds R] [--sizes n1,n2,...] [--target NAME]
+//
+// --target NAME (AVX3, AVX2, SSE4, ...) forces our dispatch to that Highway target. The
+// tenferro-bench-kernels-transcendental-avx2 build of this file compiles the Eigen peer and the scalar
+// loops for x86-64-v3 (AVX2 + FMA): with --target AVX2 it compares both at AVX2 on an AVX-512 machine,
+// a stand-in for CPUs without AVX-512 (not a substitute for measuring on them).
 
 #include "kernels/transcendental.hpp"
 
@@ -26,6 +31,8 @@
 #include <vector>
 
 #include <Eigen/Core>
+
+#include "hwy_target_select.hpp"
 
 namespace {
 
@@ -124,10 +131,27 @@ int main(int argc, char** argv) {
             rounds = std::max(1, std::atoi(argv[++i]));
         } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
             sizes = parse_sizes(argv[++i]);
+        } else if (std::strcmp(argv[i], "--target") == 0 && i + 1 < argc) {
+            const char* want = argv[++i];
+            if (!tenferro::bench::force_highway_target(want)) {
+                std::fprintf(stderr, "target %s is not compiled or not supported here\n", want);
+                return 2;
+            }
         } else {
-            std::fprintf(stderr, "usage: %s [--rounds R] [--sizes n1,n2,...]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--rounds R] [--sizes n1,n2,...] [--target NAME]\n", argv[0]);
             return 2;
         }
+    }
+    {
+        std::printf("{\"highway_target\":\"%s\",\"peer_isa\":\"%s\"}\n", tenferro::bench::dispatched_highway_target(),
+#if defined(__AVX512F__)
+                    "avx512f"
+#elif defined(__AVX2__)
+                    "avx2"
+#else
+                    "baseline"
+#endif
+        );
     }
 
     // best[si][s], median[si][s] in Gelem/s.

@@ -2,7 +2,13 @@
 
 #include "kernels/elementwise.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "kernels/transcendental.hpp"
 
@@ -115,59 +121,62 @@ struct axpby_f {
 
 template <class Op, class T>
 HWY_INLINE void binary_loop(const Op& op, const nd_loop<3>& loop, T* out, const T* a, const T* b, std::int64_t begin,
-                            std::int64_t end) {
+                            std::int64_t end, bool stream) {
     const hn::ScalableTag<T> d;
     run_cursor<3> cursor(loop, begin, end);
     std::int64_t off[3];
     std::int64_t n;
     while (cursor.next(off, n))
         map2_run(d, op, out + off[0], loop.inner_stride(0), a + off[1], loop.inner_stride(1), b + off[2],
-                 loop.inner_stride(2), n);
+                 loop.inner_stride(2), n, stream);
+    if (stream) hwy::FlushStream();
 }
 
 template <class Op, class T>
 HWY_INLINE void unary_loop(const Op& op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin,
-                           std::int64_t end) {
+                           std::int64_t end, bool stream) {
     const hn::ScalableTag<T> d;
     run_cursor<2> cursor(loop, begin, end);
     std::int64_t off[2];
     std::int64_t n;
     while (cursor.next(off, n))
-        map1_run(d, op, out + off[0], loop.inner_stride(0), x + off[1], loop.inner_stride(1), n);
+        map1_run(d, op, out + off[0], loop.inner_stride(0), x + off[1], loop.inner_stride(1), n, stream);
+    if (stream) hwy::FlushStream();
 }
 
 template <class T>
 HWY_INLINE void binary_t(binary_op op, const nd_loop<3>& loop, T* out, const T* a, const T* b, std::int64_t begin,
-                         std::int64_t end) {
+                         std::int64_t end, bool stream) {
     switch (op) {
     case binary_op::add:
-        return binary_loop(add_f{}, loop, out, a, b, begin, end);
+        return binary_loop(add_f{}, loop, out, a, b, begin, end, stream);
     case binary_op::sub:
-        return binary_loop(sub_f{}, loop, out, a, b, begin, end);
+        return binary_loop(sub_f{}, loop, out, a, b, begin, end, stream);
     case binary_op::mul:
-        return binary_loop(mul_f{}, loop, out, a, b, begin, end);
+        return binary_loop(mul_f{}, loop, out, a, b, begin, end, stream);
     case binary_op::div:
-        return binary_loop(div_f{}, loop, out, a, b, begin, end);
+        return binary_loop(div_f{}, loop, out, a, b, begin, end, stream);
     case binary_op::maximum:
-        return binary_loop(maximum_f{}, loop, out, a, b, begin, end);
+        return binary_loop(maximum_f{}, loop, out, a, b, begin, end, stream);
     case binary_op::minimum:
-        return binary_loop(minimum_f{}, loop, out, a, b, begin, end);
+        return binary_loop(minimum_f{}, loop, out, a, b, begin, end, stream);
     }
 }
 
 template <class T>
-HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin, std::int64_t end) {
+HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin, std::int64_t end,
+                        bool stream) {
     switch (op) {
     case unary_op::neg:
-        return unary_loop(neg_f{}, loop, out, x, begin, end);
+        return unary_loop(neg_f{}, loop, out, x, begin, end, stream);
     case unary_op::abs:
-        return unary_loop(abs_f{}, loop, out, x, begin, end);
+        return unary_loop(abs_f{}, loop, out, x, begin, end, stream);
     case unary_op::sqrt:
-        return unary_loop(sqrt_f{}, loop, out, x, begin, end);
+        return unary_loop(sqrt_f{}, loop, out, x, begin, end, stream);
     case unary_op::rsqrt:
-        return unary_loop(rsqrt_f{}, loop, out, x, begin, end);
+        return unary_loop(rsqrt_f{}, loop, out, x, begin, end, stream);
     case unary_op::relu:
-        return unary_loop(relu_f{}, loop, out, x, begin, end);
+        return unary_loop(relu_f{}, loop, out, x, begin, end, stream);
     case unary_op::exp:
     case unary_op::log:
     case unary_op::tanh:
@@ -178,7 +187,7 @@ HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x,
 
 template <class T>
 HWY_INLINE void axpby_t(const nd_loop<3>& loop, T alpha, const T* x, T beta, const T* y, T* out, std::int64_t begin,
-                        std::int64_t end) {
+                        std::int64_t end, bool stream) {
     if (beta == T(0)) {
         // y is not read: drop it from the loop.
         nd_loop<2> l2;
@@ -188,34 +197,36 @@ HWY_INLINE void axpby_t(const nd_loop<3>& loop, T alpha, const T* x, T beta, con
             l2.strides[0][d] = loop.strides[0][d];
             l2.strides[1][d] = loop.strides[1][d];
         }
-        return unary_loop(scale_f<T>{alpha}, l2, out, x, begin, end);
+        return unary_loop(scale_f<T>{alpha}, l2, out, x, begin, end, stream);
     }
-    binary_loop(axpby_f<T>{alpha, beta}, loop, out, x, y, begin, end);
+    binary_loop(axpby_f<T>{alpha, beta}, loop, out, x, y, begin, end, stream);
 }
 
 }  // namespace
 
 void BinaryF32(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
-               std::int64_t end) {
-    binary_t(op, loop, out, a, b, begin, end);
+               std::int64_t end, bool stream) {
+    binary_t(op, loop, out, a, b, begin, end, stream);
 }
 void BinaryF64(binary_op op, const nd_loop<3>& loop, double* out, const double* a, const double* b, std::int64_t begin,
-               std::int64_t end) {
-    binary_t(op, loop, out, a, b, begin, end);
+               std::int64_t end, bool stream) {
+    binary_t(op, loop, out, a, b, begin, end, stream);
 }
-void UnaryF32(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end) {
-    unary_t(op, loop, out, x, begin, end);
+void UnaryF32(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end,
+              bool stream) {
+    unary_t(op, loop, out, x, begin, end, stream);
 }
-void UnaryF64(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end) {
-    unary_t(op, loop, out, x, begin, end);
+void UnaryF64(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end,
+              bool stream) {
+    unary_t(op, loop, out, x, begin, end, stream);
 }
 void AxpbyF32(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
-              std::int64_t begin, std::int64_t end) {
-    axpby_t(loop, alpha, x, beta, y, out, begin, end);
+              std::int64_t begin, std::int64_t end, bool stream) {
+    axpby_t(loop, alpha, x, beta, y, out, begin, end, stream);
 }
 void AxpbyF64(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
-              std::int64_t begin, std::int64_t end) {
-    axpby_t(loop, alpha, x, beta, y, out, begin, end);
+              std::int64_t begin, std::int64_t end, bool stream) {
+    axpby_t(loop, alpha, x, beta, y, out, begin, end, stream);
 }
 
 }  // namespace tenferro::kernels::HWY_NAMESPACE
@@ -231,13 +242,72 @@ HWY_EXPORT(UnaryF64);
 HWY_EXPORT(AxpbyF32);
 HWY_EXPORT(AxpbyF64);
 
+namespace {
+
+// The size of the last-level cache (the largest data or unified cache the
+// system reports), read once: glibc's sysconf, else sysfs, else 32 MiB.
+std::size_t last_level_cache_bytes() noexcept {
+    std::size_t best = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    for (const int name : {_SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL4_CACHE_SIZE}) {
+        const long v = ::sysconf(name);
+        if (v > 0) best = std::max(best, static_cast<std::size_t>(v));
+    }
+#endif
+    if (best == 0) {
+        for (int index = 0; index < 8; ++index) {
+            const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+            std::ifstream type_file(dir + "type"), size_file(dir + "size");
+            std::string type, size;
+            if (!(type_file >> type) || !(size_file >> size) || type == "Instruction") continue;
+            char* rest = nullptr;
+            std::size_t v = std::strtoull(size.c_str(), &rest, 10);
+            if (rest != nullptr && (*rest == 'K' || *rest == 'k')) v <<= 10;
+            if (rest != nullptr && (*rest == 'M' || *rest == 'm')) v <<= 20;
+            best = std::max(best, v);
+        }
+    }
+    return best > 0 ? best : std::size_t{32} << 20;
+}
+
+std::atomic<std::size_t> stream_threshold_override{0};
+
+// Whether an op over `loop` writes its output with non-temporal stores: when the
+// bytes it touches (`operands` arrays of the loop's size, the output included)
+// exceed the last-level cache. Then the start of the output has left the cache
+// before the op ends, so caching it only costs a read-for-ownership of every
+// output line (a third of a triad's traffic) and evicts the inputs. Decided on
+// the whole loop, not the chunk, so every worker of a split op chooses alike;
+// the stores' values are the same either way.
+bool stream_output(const nd_loop<2>& loop, std::size_t itemsize, int operands = 2) noexcept {
+    const auto bytes = static_cast<std::size_t>(loop.size()) * itemsize * static_cast<std::size_t>(operands);
+    return bytes > stream_threshold_bytes();
+}
+bool stream_output(const nd_loop<3>& loop, std::size_t itemsize, int operands = 3) noexcept {
+    const auto bytes = static_cast<std::size_t>(loop.size()) * itemsize * static_cast<std::size_t>(operands);
+    return bytes > stream_threshold_bytes();
+}
+
+}  // namespace
+
+std::size_t stream_threshold_bytes() noexcept {
+    const std::size_t forced = stream_threshold_override.load(std::memory_order_relaxed);
+    if (forced != 0) return forced;
+    static const std::size_t llc = last_level_cache_bytes();
+    return llc;
+}
+
+void set_stream_threshold_bytes(std::size_t bytes) noexcept {
+    stream_threshold_override.store(bytes, std::memory_order_relaxed);
+}
+
 void binary(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
             std::int64_t end) {
-    HWY_DYNAMIC_DISPATCH(BinaryF32)(op, loop, out, a, b, begin, end);
+    HWY_DYNAMIC_DISPATCH(BinaryF32)(op, loop, out, a, b, begin, end, stream_output(loop, sizeof(float)));
 }
 void binary(binary_op op, const nd_loop<3>& loop, double* out, const double* a, const double* b, std::int64_t begin,
             std::int64_t end) {
-    HWY_DYNAMIC_DISPATCH(BinaryF64)(op, loop, out, a, b, begin, end);
+    HWY_DYNAMIC_DISPATCH(BinaryF64)(op, loop, out, a, b, begin, end, stream_output(loop, sizeof(double)));
 }
 namespace {
 
@@ -334,19 +404,21 @@ array_fn<T> transcendental(unary_op op) noexcept {
 
 void unary(unary_op op, const nd_loop<2>& loop, float* out, const float* x, std::int64_t begin, std::int64_t end) {
     if (const auto fn = transcendental<float>(op)) return map_array_fn(fn, loop, out, x, begin, end);
-    HWY_DYNAMIC_DISPATCH(UnaryF32)(op, loop, out, x, begin, end);
+    HWY_DYNAMIC_DISPATCH(UnaryF32)(op, loop, out, x, begin, end, stream_output(loop, sizeof(float)));
 }
 void unary(unary_op op, const nd_loop<2>& loop, double* out, const double* x, std::int64_t begin, std::int64_t end) {
     if (const auto fn = transcendental<double>(op)) return map_array_fn(fn, loop, out, x, begin, end);
-    HWY_DYNAMIC_DISPATCH(UnaryF64)(op, loop, out, x, begin, end);
+    HWY_DYNAMIC_DISPATCH(UnaryF64)(op, loop, out, x, begin, end, stream_output(loop, sizeof(double)));
 }
 void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, const float* y, float* out,
            std::int64_t begin, std::int64_t end) {
-    HWY_DYNAMIC_DISPATCH(AxpbyF32)(loop, alpha, x, beta, y, out, begin, end);
+    HWY_DYNAMIC_DISPATCH(AxpbyF32)
+    (loop, alpha, x, beta, y, out, begin, end, stream_output(loop, sizeof(float), beta == float(0) ? 2 : 3));
 }
 void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
            std::int64_t begin, std::int64_t end) {
-    HWY_DYNAMIC_DISPATCH(AxpbyF64)(loop, alpha, x, beta, y, out, begin, end);
+    HWY_DYNAMIC_DISPATCH(AxpbyF64)
+    (loop, alpha, x, beta, y, out, begin, end, stream_output(loop, sizeof(double), beta == double(0) ? 2 : 3));
 }
 
 }  // namespace tenferro::kernels

@@ -8,7 +8,14 @@
 // element, including the tail of a run, goes through the same vector code
 // (tails are padded), so a result depends only on the element's inputs and
 // the target: splitting the positions into any chunks is bitwise identical.
+//
+// Outputs of binary, unary (not the transcendental ones) and axpby ops whose
+// operands together span more than stream_threshold_bytes() are written with
+// non-temporal stores (unit-stride runs of at least 4 KiB; the values are the
+// same either way): such an output would have left the cache before the op
+// ends, and regular stores would first read every output line.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/nd_loop.hpp"
@@ -37,5 +44,12 @@ void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, cons
            std::int64_t begin, std::int64_t end);
 void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
            std::int64_t begin, std::int64_t end);
+
+/// The streaming threshold in bytes: the size of the last-level cache, read once
+/// (sysconf, else /sys/devices/system/cpu/cpu0/cache, else 32 MiB), unless set.
+std::size_t stream_threshold_bytes() noexcept;
+/// Tests and benchmarks: replaces the threshold (0 restores the cache size;
+/// SIZE_MAX turns streaming off). Process-wide; set it while no op runs.
+void set_stream_threshold_bytes(std::size_t bytes) noexcept;
 
 }  // namespace tenferro::kernels

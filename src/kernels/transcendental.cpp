@@ -332,8 +332,13 @@ HWY_INLINE V tanh_core(D d, V x) {
     using T = hn::TFromD<D>;
     using C = tc<T>;
     const V y = max_keep_nan(d, hn::Or(x, hn::SignBit(d)), hn::Set(d, -C::tanh_clamp));
-    const V kf = hn::MulAdd(y, hn::Set(d, T(2) * C::log2e), hn::Set(d, C::shifter));
-    const V nf = hn::Sub(kf, hn::Set(d, C::shifter));
+    // The shifter carries the exponent bias: kf's low mantissa bits hold n + bias (n in [-28, 0], so
+    // n + bias stays in [1, bias]), and 2^n is those bits shifted into the exponent field, one op
+    // without vscalef. n, and so every result, is the same as with the plain shifter: the sum stays in
+    // [2^23, 2^24) (f32) / [2^52, 2^53) (f64), where both round to integers alike.
+    constexpr T shifter = C::shifter + T(C::exp_bias);
+    const V kf = hn::MulAdd(y, hn::Set(d, T(2) * C::log2e), hn::Set(d, shifter));
+    const V nf = hn::Sub(kf, hn::Set(d, shifter));
 #if HWY_NATIVE_FMA
     // One-constant reduction: n ln2/2 is off by |n| 1e-9 (f32), which tanh damps to < 0.1 ULP for every
     // |n| <= 27 (largest relative to the result at n = -1).
@@ -353,7 +358,12 @@ HWY_INLINE V tanh_core(D d, V x) {
                   0x1.555555555553cp-5 * 8, 0x1.5555555555559p-3 * 4, 0x1.0p-1 * 2);
     }
     const V t = hn::MulAdd(hn::Mul(hr, hr), q2, hr);
+#if TENFERRO_TRANSCENDENTAL_AVX512
     const V s = scale_by_pow2(d, hn::Set(d, T(1)), kf, nf);  // 2^n
+#else
+    const hn::RebindToSigned<D> di;
+    const V s = hn::BitCast(d, hn::ShiftLeft<C::mant_bits>(hn::BitCast(di, kf)));  // 2^n
+#endif
     const V h = hn::MulAdd(s, t, hn::MulAdd(s, hn::Set(d, T(0.5)), hn::Set(d, T(-0.5))));
     const V q0 = hn::Div(h, hn::Add(h, hn::Set(d, T(1))));
     return hn::CopySign(neg_mul_add_exact(d, h, q0, h), x);  // |q| with x's sign
