@@ -10,8 +10,16 @@
 #include <thread>
 #include <vector>
 
-#include <asio.hpp>
 #include <tenferro/session_host.hpp>
+
+// Either Asio flavour (docs/boost-asio.md): tenferro/asio.hpp says which one
+// the library was built against.
+#if TENFERRO_ASIO_BOOST
+#include <boost/asio.hpp>
+namespace asio = boost::asio;
+#else
+#include <asio.hpp>
+#endif
 
 using namespace std::chrono_literals;
 

@@ -35,19 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/execution.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/prefer.hpp>
-#include <asio/require.hpp>
-#include <asio/system_executor.hpp>
-#include <asio/use_awaitable.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -248,11 +236,11 @@ public:
         if (target == nullptr || !*target) {
             std::forward<F>(f)();
         } else if (never_) {
-            asio::execution::execute(asio::prefer(asio::require(*target, asio::execution::blocking.never),
-                                                  asio::execution::relationship.continuation),
-                                     std::forward<F>(f));
+            asio_execute(asio::prefer(asio::require(*target, asio::execution::blocking.never),
+                                      asio::execution::relationship.continuation),
+                         std::forward<F>(f));
         } else {
-            asio::execution::execute(asio::prefer(*target, asio::execution::blocking.possibly), std::forward<F>(f));
+            asio_execute(asio::prefer(*target, asio::execution::blocking.possibly), std::forward<F>(f));
         }
     }
 

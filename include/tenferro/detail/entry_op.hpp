@@ -35,20 +35,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/execution.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
-#include <asio/recycling_allocator.hpp>
-#include <asio/system_executor.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/compute_pool.hpp"
