@@ -31,7 +31,9 @@
 /// when the tensor cannot be allocated, ...); a cancelled operation with
 /// `asio::error::operation_aborted`. With the default token `asio::use_awaitable` an error
 /// is thrown as `std::system_error` whose `what()` names the function and the path; other
-/// tokens receive the bare `std::error_code`.
+/// tokens receive the bare `std::error_code`. (With the Boost.Asio flavour, docs/boost-asio.md:
+/// `boost::system::system_error` and `boost::system::error_code`, OS errors in Boost's
+/// system category; `asio_system_error` and `asio_error_code` name whichever applies.)
 ///
 /// ## Execution and cancellation
 ///
@@ -306,7 +308,8 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
 
 /// Reads the `.npy` file at `path` into a new row-major tensor.
 ///
-/// Completion signature `void(std::error_code, tensor)`; on error the tensor is empty
+/// Completion signature `void(asio_error_code, tensor)` (`std::error_code` with standalone
+/// Asio, `boost::system::error_code` with Boost.Asio); on error the tensor is empty
 /// (default-constructed). The header is validated against the file's size before the
 /// tensor is allocated, so a header describing more (or less) data than the file holds
 /// fails with `truncated_data` (`trailing_data`) without allocating. The data is read
@@ -315,7 +318,7 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
 /// cancellation as described in the file comment.
 ///
 /// With the default token, `tensor t = co_await async_read_npy(ex, path);` throws
-/// `std::system_error` naming `path` on failure.
+/// `asio_system_error` (`std::system_error` with standalone Asio) naming `path` on failure.
 template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
 auto async_read_npy(const Executor& executor, std::filesystem::path path, const npy_read_options& options,
                     CompletionToken&& token = {}) {
@@ -338,7 +341,7 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, Comple
 
 /// Writes `view` to `path` as a `.npy` file, atomically replacing any file there.
 ///
-/// Completion signature `void(std::error_code)`. `view` is not copied: the memory it
+/// Completion signature `void(asio_error_code)`. `view` is not copied: the memory it
 /// views must stay valid and unmodified until the handler runs (as Asio requires of
 /// buffers). The file is written to a temporary in the same directory (an unnamed
 /// `O_TMPFILE` inode where the file system supports it, else `.NAME.tenferro-XXXXXX`),
@@ -350,7 +353,7 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, Comple
 /// `0666 & ~umask`, as for any new file.
 ///
 /// With the default token, `co_await async_write_npy(ex, path, view);` throws
-/// `std::system_error` naming `path` on failure.
+/// `asio_system_error` (`std::system_error` with standalone Asio) naming `path` on failure.
 template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
 auto async_write_npy(const Executor& executor, std::filesystem::path path, const_tensor_view view,
                      CompletionToken&& token = {}) {
