@@ -12,7 +12,7 @@
 /// but not all; use the package files, which set both together.
 ///
 /// This header includes the Asio headers that tenferro's public headers use
-/// and declares `tenferro::asio` as an alias of `::boost::asio` or `::asio`, so
+/// and declares `tenferro::asio` as an alias of `boost::asio` or of standalone `asio`, so
 /// that the API reads `asio::awaitable<R>`, `asio::use_awaitable_t<>` and
 /// `asio::any_io_executor` in either flavour, and `tenferro::asio_error_code`,
 /// `tenferro::asio_system_error` for the error types of Asio's completion
@@ -56,7 +56,10 @@
 #include <boost/system/system_error.hpp>
 
 namespace tenferro {
+// (Hidden from Doxygen, which takes the alias for a recursive one.)
+/// \cond
 namespace asio = ::boost::asio;
+/// \endcond
 /// The error code of Asio's completion signatures.
 using asio_error_code = ::boost::system::error_code;
 /// What Asio (and tenferro, for `use_awaitable`) throws for an `asio_error_code`.
@@ -112,7 +115,10 @@ void asio_execute(const Executor& ex, F&& f) {
 #include <asio/use_awaitable.hpp>
 
 namespace tenferro {
+// (Hidden from Doxygen, which takes the alias for a recursive one.)
+/// \cond
 namespace asio = ::asio;
+/// \endcond
 /// The error code of Asio's completion signatures.
 using asio_error_code = std::error_code;
 /// What Asio (and tenferro, for `use_awaitable`) throws for an `asio_error_code`.
