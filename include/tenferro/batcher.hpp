@@ -171,7 +171,7 @@ private:
         Handler handler(std::move(handler_));
         std::exception_ptr e = std::move(this->exception_);
         session_result<Out> r = std::move(*this->result_);
-        { const work_executor released(std::move(work_)); }
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }
         this->gate_.pass();  // the poster has left the executor before the caller can see the result (S16)
         free_op(this, alloc);
         std::move(handler)(std::move(e), std::move(r));

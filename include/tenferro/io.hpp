@@ -181,7 +181,7 @@ private:
         auto alloc = allocator();
         Handler handler = std::move(handler_);
         outcome_type outcome = std::move(*outcome_);
-        { const work_executor released(std::move(work_)); }  // before the upcall
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }  // before the upcall
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected()) slot.clear();
         if constexpr (uses_entry_cache_v<Handler>) {

@@ -501,8 +501,9 @@ private:
             value_.reset();  // (not `= {}`: GCC 12 at -O1 warns maybe-uninitialized on that)
         // This function is itself queued work of the context while it runs,
         // so the count cannot reach zero here; and the handler sees no work of
-        // ours outstanding.
-        { const work_executor released(std::move(work_)); }
+        // ours outstanding. ([[maybe_unused]]: Boost.Asio's system executor is
+        // trivially destructible, and clang then calls the variable unused.)
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }
         if constexpr (std::is_same_v<handler_allocator, entry_allocator<void>>) {
             struct after_upcall {
                 entry_op* op;
