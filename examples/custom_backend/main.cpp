@@ -10,8 +10,16 @@
 #include <thread>
 #include <vector>
 
-#include <asio.hpp>
 #include <tenferro/session_host.hpp>
+
+// Either Asio flavour (docs/boost-asio.md): tenferro/asio.hpp says which one
+// the library was built against.
+#if TENFERRO_ASIO_BOOST
+#include <boost/asio.hpp>
+namespace asio = boost::asio;
+#else
+#include <asio.hpp>
+#endif
 
 using namespace std::chrono_literals;
 
@@ -44,6 +52,9 @@ struct stream_pool {  // the backend: a name, a session type, open_session
     fake_device& device;
     std::mutex mutex;
     std::vector<int> free_streams{1, 0};
+    // (A constructor: clang 14 has no parenthesised aggregate initialisation,
+    // which session_host's forwarding constructor uses.)
+    explicit stream_pool(fake_device& d) : device(d) {}
     std::string_view name() const { return "fake-gpu"; }
     stream_session open_session(const tenferro::session_grant&) {  // after admission: a stream is free
         const std::lock_guard lock(mutex);

@@ -35,19 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/execution.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/prefer.hpp>
-#include <asio/require.hpp>
-#include <asio/system_executor.hpp>
-#include <asio/use_awaitable.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -183,7 +171,7 @@ private:
         Handler handler(std::move(handler_));
         std::exception_ptr e = std::move(this->exception_);
         session_result<Out> r = std::move(*this->result_);
-        { const work_executor released(std::move(work_)); }
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }
         this->gate_.pass();  // the poster has left the executor before the caller can see the result (S16)
         free_op(this, alloc);
         std::move(handler)(std::move(e), std::move(r));
@@ -248,11 +236,11 @@ public:
         if (target == nullptr || !*target) {
             std::forward<F>(f)();
         } else if (never_) {
-            asio::execution::execute(asio::prefer(asio::require(*target, asio::execution::blocking.never),
-                                                  asio::execution::relationship.continuation),
-                                     std::forward<F>(f));
+            asio_execute(asio::prefer(asio::require(*target, asio::execution::blocking.never),
+                                      asio::execution::relationship.continuation),
+                         std::forward<F>(f));
         } else {
-            asio::execution::execute(asio::prefer(*target, asio::execution::blocking.possibly), std::forward<F>(f));
+            asio_execute(asio::prefer(*target, asio::execution::blocking.possibly), std::forward<F>(f));
         }
     }
 

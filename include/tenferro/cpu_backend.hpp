@@ -15,8 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/async_result.hpp>
-#include <asio/use_awaitable.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/backend_session.hpp"

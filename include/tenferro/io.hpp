@@ -31,7 +31,9 @@
 /// when the tensor cannot be allocated, ...); a cancelled operation with
 /// `asio::error::operation_aborted`. With the default token `asio::use_awaitable` an error
 /// is thrown as `std::system_error` whose `what()` names the function and the path; other
-/// tokens receive the bare `std::error_code`.
+/// tokens receive the bare `std::error_code`. (With the Boost.Asio flavour, docs/boost-asio.md:
+/// `boost::system::system_error` and `boost::system::error_code`, OS errors in Boost's
+/// system category; `asio_system_error` and `asio_error_code` name whichever applies.)
 ///
 /// ## Execution and cancellation
 ///
@@ -63,18 +65,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/error.hpp>
-#include <asio/execution.hpp>
-#include <asio/is_executor.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/use_awaitable.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/npy_error.hpp"
@@ -154,12 +145,15 @@ std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, con
 /// cancellation slot (the slot belongs to the handler's side) and calls the handler,
 /// and returns only once the posting thread has left, so nothing of the operation
 /// touches the caller's executor or context once the handler has run (S16).
-template <class Handler, class IoExecutor, class Receiver, class... Args>
+template <class Handler, class IoExecutor, class Receiver, class... Rest>
 class npy_completion final : public Receiver {
     using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
     using work_executor = std::decay_t<decltype(asio::prefer(std::declval<const handler_executor&>(),
                                                              asio::execution::outstanding_work.tracked))>;
     friend class op_handoff<npy_completion>;
+    // The handler's arguments: Asio's error code (converted from the library's
+    // std::error_code, detail::to_asio_error_code) and the result, if any.
+    using outcome_type = std::tuple<asio_error_code, Rest...>;
 
 public:
     npy_completion(Handler&& handler, const IoExecutor& io_executor)
@@ -167,8 +161,8 @@ public:
           executor_(asio::get_associated_executor(handler_, io_executor)),
           work_(asio::prefer(executor_, asio::execution::outstanding_work.tracked)) {}
 
-    void complete(Args... args) noexcept override {
-        outcome_.emplace(std::move(args)...);
+    void complete(std::error_code ec, Rest... rest) noexcept override {
+        outcome_.emplace(to_asio_error_code(ec), std::move(rest)...);
         op_handoff<npy_completion>::post(executor_, this);
     }
 
@@ -186,8 +180,8 @@ private:
     void upcall() {
         auto alloc = allocator();
         Handler handler = std::move(handler_);
-        std::tuple<Args...> outcome = std::move(*outcome_);
-        { const work_executor released(std::move(work_)); }  // before the upcall
+        outcome_type outcome = std::move(*outcome_);
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }  // before the upcall
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected()) slot.clear();
         if constexpr (uses_entry_cache_v<Handler>) {
@@ -199,11 +193,11 @@ private:
                     free_op(self, a);
                 }
             } const done{this, alloc};
-            std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+            std::apply([&](auto&... a) { std::move(handler)(std::move(a)...); }, outcome);
         } else {
             gate_.pass();
             free_op(this, alloc);
-            std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, outcome);
+            std::apply([&](auto&... a) { std::move(handler)(std::move(a)...); }, outcome);
         }
     }
 
@@ -218,7 +212,7 @@ private:
     Handler handler_;
     handler_executor executor_;  // hops use the plain executor, see entry_op.hpp
     work_executor work_;
-    std::optional<std::tuple<Args...>> outcome_;
+    std::optional<outcome_type> outcome_;
     handoff_gate gate_;
 };
 
@@ -255,8 +249,7 @@ struct initiate_read_npy {
     template <class Handler, class IoExecutor>
     void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
                     const npy_read_options& options) const {
-        using completion =
-            npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, std::error_code, tensor>;
+        using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, tensor>;
         launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_read_receiver& receiver) {
             return make_read_npy_op(std::move(path), options, receiver);
         });
@@ -267,7 +260,7 @@ struct initiate_write_npy {
     template <class Handler, class IoExecutor>
     void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
                     const_tensor_view view) const {
-        using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver, std::error_code>;
+        using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver>;
         launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_write_receiver& receiver) {
             return make_write_npy_op(std::move(path), view, receiver);
         });
@@ -293,29 +286,30 @@ concept io_executor = asio::execution::is_executor<T>::value || asio::is_executo
 template <class AwaitableExecutor, class IoExecutor>
 asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
                                                               npy_read_options options) {
-    std::error_code ec;
+    asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    tensor result = co_await asio::async_initiate<decltype(token), void(std::error_code, tensor)>(
+    tensor result = co_await asio::async_initiate<decltype(token), void(asio_error_code, tensor)>(
         initiate_read_npy{}, token, io_executor, path, options);
-    if (ec) throw std::system_error(ec, npy_error_context("async_read_npy", path));
+    if (ec) throw asio_system_error(ec, npy_error_context("async_read_npy", path));
     co_return result;
 }
 
 template <class AwaitableExecutor, class IoExecutor>
 asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
                                                              const_tensor_view view) {
-    std::error_code ec;
+    asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    co_await asio::async_initiate<decltype(token), void(std::error_code)>(initiate_write_npy{}, token, io_executor,
+    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(initiate_write_npy{}, token, io_executor,
                                                                           path, view);
-    if (ec) throw std::system_error(ec, npy_error_context("async_write_npy", path));
+    if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
 }
 
 }  // namespace detail
 
 /// Reads the `.npy` file at `path` into a new row-major tensor.
 ///
-/// Completion signature `void(std::error_code, tensor)`; on error the tensor is empty
+/// Completion signature `void(asio_error_code, tensor)` (`std::error_code` with standalone
+/// Asio, `boost::system::error_code` with Boost.Asio); on error the tensor is empty
 /// (default-constructed). The header is validated against the file's size before the
 /// tensor is allocated, so a header describing more (or less) data than the file holds
 /// fails with `truncated_data` (`trailing_data`) without allocating. The data is read
@@ -324,7 +318,7 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
 /// cancellation as described in the file comment.
 ///
 /// With the default token, `tensor t = co_await async_read_npy(ex, path);` throws
-/// `std::system_error` naming `path` on failure.
+/// `asio_system_error` (`std::system_error` with standalone Asio) naming `path` on failure.
 template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
 auto async_read_npy(const Executor& executor, std::filesystem::path path, const npy_read_options& options,
                     CompletionToken&& token = {}) {
@@ -333,7 +327,7 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, const 
         using awaitable_executor = typename token_traits::executor_type;
         return detail::read_npy_awaitable<awaitable_executor>(executor, std::move(path), options);
     } else {
-        return asio::async_initiate<CompletionToken, void(std::error_code, tensor)>(detail::initiate_read_npy{}, token,
+        return asio::async_initiate<CompletionToken, void(asio_error_code, tensor)>(detail::initiate_read_npy{}, token,
                                                                                     executor, std::move(path), options);
     }
 }
@@ -347,7 +341,7 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, Comple
 
 /// Writes `view` to `path` as a `.npy` file, atomically replacing any file there.
 ///
-/// Completion signature `void(std::error_code)`. `view` is not copied: the memory it
+/// Completion signature `void(asio_error_code)`. `view` is not copied: the memory it
 /// views must stay valid and unmodified until the handler runs (as Asio requires of
 /// buffers). The file is written to a temporary in the same directory (an unnamed
 /// `O_TMPFILE` inode where the file system supports it, else `.NAME.tenferro-XXXXXX`),
@@ -359,7 +353,7 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, Comple
 /// `0666 & ~umask`, as for any new file.
 ///
 /// With the default token, `co_await async_write_npy(ex, path, view);` throws
-/// `std::system_error` naming `path` on failure.
+/// `asio_system_error` (`std::system_error` with standalone Asio) naming `path` on failure.
 template <detail::io_executor Executor, class CompletionToken = asio::use_awaitable_t<>>
 auto async_write_npy(const Executor& executor, std::filesystem::path path, const_tensor_view view,
                      CompletionToken&& token = {}) {
@@ -368,7 +362,7 @@ auto async_write_npy(const Executor& executor, std::filesystem::path path, const
         using awaitable_executor = typename token_traits::executor_type;
         return detail::write_npy_awaitable<awaitable_executor>(executor, std::move(path), view);
     } else {
-        return asio::async_initiate<CompletionToken, void(std::error_code)>(detail::initiate_write_npy{}, token,
+        return asio::async_initiate<CompletionToken, void(asio_error_code)>(detail::initiate_write_npy{}, token,
                                                                             executor, std::move(path), view);
     }
 }

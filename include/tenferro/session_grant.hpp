@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include <asio/any_io_executor.hpp>
+#include "tenferro/asio.hpp"
 
 namespace tenferro {
 

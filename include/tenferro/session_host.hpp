@@ -18,9 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/use_awaitable.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/detail/entry_op.hpp"

@@ -3,6 +3,7 @@
 /// Umbrella header: everything a tenferro user needs.
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/asio.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
 #include "tenferro/batcher.hpp"

@@ -11,9 +11,16 @@
 #include <system_error>
 #include <utility>
 
+#include "tenferro/asio.hpp"
+#if TENFERRO_ASIO_BOOST
+#include <boost/asio/detail/call_stack.hpp>
+#include <boost/asio/detail/thread_context.hpp>
+#include <boost/asio/detail/thread_info_base.hpp>
+#else
 #include <asio/detail/call_stack.hpp>
 #include <asio/detail/thread_context.hpp>
 #include <asio/detail/thread_info_base.hpp>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -30,7 +30,7 @@ inline constexpr std::uint32_t chunk_bytes = 2u << 20;
 inline constexpr std::size_t max_in_flight = 8;
 
 inline std::error_code system_error(int err) noexcept { return {err, std::system_category()}; }
-inline std::error_code aborted() noexcept { return asio::error::operation_aborted; }
+inline std::error_code aborted() noexcept { return from_asio_error_code(asio::error::operation_aborted); }
 
 // 0, or the errno a test injects at `event` (set_io_test_hook).
 int injected(io_event event) noexcept;

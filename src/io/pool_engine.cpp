@@ -10,8 +10,12 @@
 #include <cerrno>
 #include <thread>
 
-#include <asio/post.hpp>
+#include "tenferro/asio.hpp"
+#if TENFERRO_ASIO_BOOST
+#include <boost/asio/thread_pool.hpp>
+#else
 #include <asio/thread_pool.hpp>
+#endif
 
 #include "io/file_engine.hpp"
 

@@ -2,13 +2,9 @@
 
 #include <mutex>
 #include <vector>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
+#include "test_asio.hpp"
 
 #include "test_host.hpp"
 #include "test_support.hpp"

@@ -16,13 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "test_host.hpp"
 #include "test_support.hpp"

@@ -4,17 +4,8 @@
 #include <optional>
 #include <stdexcept>
 #include <variant>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "spawn.hpp"
 #include "test_host.hpp"
@@ -58,7 +49,7 @@ TEST_CASE("deferred: nothing happens until the deferred operation is launched") 
     asio::io_context io;
     test_host cpu({.permits = 1});
     int runs = 0;
-    auto op = cpu.with_backend_session([&](test_session&) { return ++runs; }, asio::experimental::deferred);
+    auto op = cpu.with_backend_session([&](test_session&) { return ++runs; }, tenferro::test::deferred);
     CHECK(cpu.stats().admitted == 0);
     std::optional<session_result<int>> r;
     spawn(io, [&]() -> asio::awaitable<void> { r = co_await std::move(op)(asio::use_awaitable); });
@@ -75,11 +66,11 @@ TEST_CASE("as_tuple: the exception and the result arrive as a tuple") {
     bool done = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         auto [e, r] = co_await cpu.with_backend_session([](test_session&) { return 2; },
-                                                        asio::experimental::as_tuple(asio::use_awaitable));
+                                                        tenferro::test::as_tuple(asio::use_awaitable));
         CHECK(e == nullptr);
         CHECK(r.value() == 2);
         auto [e2, r2] = co_await cpu.with_backend_session([](test_session&) -> int { throw std::range_error("x"); },
-                                                          asio::experimental::as_tuple(asio::use_awaitable));
+                                                          tenferro::test::as_tuple(asio::use_awaitable));
         CHECK(e2 != nullptr);
         CHECK_FALSE(r2.has_value());  // a valid object carrying no value
         done = true;

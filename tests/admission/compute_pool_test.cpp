@@ -8,8 +8,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
-#include <asio/post.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 using namespace tenferro::detail;
 

@@ -13,19 +13,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "spawn.hpp"
 #include "test_host.hpp"
@@ -45,7 +34,7 @@ constexpr session_options caller_placed{1, wait_policy::fifo, placement::caller}
 auto holder(asio::steady_timer& release, std::atomic<bool>& started) {
     return [&](test_session&) -> asio::awaitable<int> {
         started = true;
-        asio::error_code ec;
+        tenferro::asio_error_code ec;
         co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         co_return 1;
     };

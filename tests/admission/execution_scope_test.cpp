@@ -2,15 +2,9 @@
 
 #include <chrono>
 #include <optional>
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
+#include "test_asio.hpp"
 
 #include "spawn.hpp"
 #include "test_host.hpp"

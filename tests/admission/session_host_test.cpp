@@ -21,20 +21,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/execution.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/query.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
+#include "test_asio.hpp"
 
 #include "spawn.hpp"
 #include "test_host.hpp"
@@ -299,7 +288,7 @@ TEST_CASE("open_session: once per admitted entry, after admission, on the body's
     spawn(io, [&]() -> asio::awaitable<void> {
         h = co_await host.with_backend_session(on_caller(3), [&](probe_session& s) -> asio::awaitable<int> {
             log.push("body h #" + std::to_string(s.id()));
-            asio::error_code ec;
+            tenferro::asio_error_code ec;
             co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
             log.push("body h done #" + std::to_string(s.id()));
             co_return 0;
@@ -411,7 +400,7 @@ TEST_CASE("open_session rejecting: the entry completes with its error, the body 
                 std::atomic<int> a_runs{0};
                 spawn(io, [&]() -> asio::awaitable<void> {
                     h = co_await host.with_backend_session(on_caller(), [&](probe_session&) -> asio::awaitable<int> {
-                        asio::error_code ec;
+                        tenferro::asio_error_code ec;
                         co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                         co_return 0;
                     });

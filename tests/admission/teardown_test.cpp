@@ -28,13 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio/bind_executor.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "test_host.hpp"
 #include "test_support.hpp"

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "testing_access.hpp"
 

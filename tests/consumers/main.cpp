@@ -1,12 +1,19 @@
 // The program every consumer project in tests/consumers/ builds (CMake,
 // Meson dependency() and subproject, plain pkg-config): one session on a
 // cpu_backend, its value checked. Exits 0 and prints "consumer ok: 2096128"
-// when the installed (or subproject) library works.
+// when the installed (or subproject) library works. Written for either Asio
+// flavour (docs/boost-asio.md): the package's TENFERRO_ASIO_BOOST decides.
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <asio.hpp>
 #include <tenferro/tenferro.hpp>
+
+#if TENFERRO_ASIO_BOOST
+#include <boost/asio.hpp>
+namespace asio = boost::asio;
+#else
+#include <asio.hpp>
+#endif
 
 namespace {
 

@@ -17,7 +17,10 @@
 #                     no LD_LIBRARY_PATH, and load the library from there
 #
 # Each consumer builds tests/consumers/main.cpp (one session, its value
-# checked) in a scratch copy and runs it.
+# checked) in a scratch copy and runs it. For a build of the Boost.Asio flavour
+# (-Dasio=boost) the copies are edited to use that flavour's names: the
+# package tenferro-boost (CMake target tenferro::tenferro-boost), and
+# -Dasio=boost for the subproject (docs/boost-asio.md).
 #
 # How the install is made: `meson install --no-rebuild --destdir TMP` of
 # BUILD_DIR as configured (prefix /usr/local by default), so the tree lands in
@@ -68,11 +71,32 @@ trap cleanup EXIT
 # find a library elsewhere.
 unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH
 
-# A scratch copy of consumer project $1 with main.cpp, in $tmp/src.
+# The build's Asio flavour decides the names the consumers use.
+build_option() {
+    meson introspect "$build" --buildoptions | python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]))' "$1"
+}
+asio=$(build_option asio)
+if [[ $asio == boost ]]; then
+    package=tenferro-boost
+else
+    package=tenferro
+fi
+
+# A scratch copy of consumer project $1 with main.cpp, in $tmp/src; for the
+# Boost flavour with the package, target and subproject option renamed.
 copy_project() {
     mkdir -p "$tmp/src"
     cp -R "$here/$1/." "$tmp/src/"
     cp "$here/main.cpp" "$tmp/src/"
+    if [[ $asio == boost ]]; then
+        sed -i -E -e 's/find_package\(tenferro /find_package(tenferro-boost /' \
+            -e 's/tenferro::tenferro\)/tenferro::tenferro-boost)/' \
+            -e "s/dependency\('tenferro'/dependency('tenferro-boost'/" \
+            -e "s/'examples=disabled'\]/'examples=disabled', 'asio=boost']/" \
+            -e 's/^package=tenferro$/package=tenferro-boost/' \
+            "$tmp/src"/*
+    fi
 }
 
 # The pkg-config kinds need a relocatable .pc (see tests/consumers/meson.build).
@@ -110,7 +134,7 @@ print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "libdir"))' 
 run_checked() {
     local program=$1 want loaded
     want=$(realpath "$2")
-    loaded=$(ldd "$program" | sed -n -E 's/^\s*libtenferro\.so[.0-9]* => (\S+).*/\1/p')
+    loaded=$(ldd "$program" | sed -n -E 's/^\s*libtenferro(-boost)?\.so[.0-9]* => (\S+).*/\2/p')
     if [[ -n $loaded ]]; then
         loaded=$(realpath "$loaded")
     fi
@@ -132,7 +156,7 @@ case $kind in
         echo "==> cmake with CMAKE_PREFIX_PATH=$prefix"
         cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
             -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
-        found=$(sed -n -E 's/^tenferro_DIR:PATH=(.*)/\1/p' "$tmp/build/CMakeCache.txt")
+        found=$(sed -n -E "s/^${package}_DIR:PATH=(.*)/\\1/p" "$tmp/build/CMakeCache.txt")
         if [[ $found != "$prefix"/* ]]; then
             echo "consumers: CMake found tenferro in '$found', not under $prefix"
             exit 1
@@ -156,8 +180,8 @@ case $kind in
         install_tree
         copy_project pkgconfig
         echo "==> PKG_CONFIG_PATH=$libdir/pkgconfig ./build.sh"
-        echo "    cflags: $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags tenferro)"
-        echo "    libs:   $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs tenferro)"
+        echo "    cflags: $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags $package)"
+        echo "    libs:   $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --libs $package)"
         (cd "$tmp/src" && PKG_CONFIG_PATH=$libdir/pkgconfig ./build.sh)
         run_checked "$tmp/src/consumer" "$libdir"
         ;;

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 #include <tenferro/cpu_backend.hpp>
+#include "test_asio.hpp"
 
 using namespace tenferro;
 

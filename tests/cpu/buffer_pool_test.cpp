@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/tensor.hpp"

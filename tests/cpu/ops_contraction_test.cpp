@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "op_test_support.hpp"
 #include "tenferro/cpu_backend.hpp"

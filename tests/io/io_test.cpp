@@ -26,18 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "io/file_engine.hpp"
 #include "io/io_testing.hpp"
@@ -102,7 +92,8 @@ std::string dict_for(const std::string& descr, bool fortran, const std::string& 
            ", }";
 }
 
-std::error_code sys(int err) { return {err, std::system_category()}; }
+// Asio's error code for an OS error (boost::system's system category with Boost.Asio).
+asio_error_code sys(int err) { return tenferro::detail::to_asio_error_code({err, std::system_category()}); }
 
 bool is_root() { return ::geteuid() == 0; }
 
@@ -208,14 +199,14 @@ std::vector<std::int64_t> test_shape(std::size_t rank) {
 // ---------------------------------------------------------------------------
 
 struct read_result {
-    std::error_code ec;
+    asio_error_code ec;
     tensor t;
 };
 
 read_result read_now(const fs::path& p, const npy_read_options& options = {}) {
     asio::io_context io;
     std::optional<read_result> out;
-    async_read_npy(io.get_executor(), p, options, [&](std::error_code ec, tensor t) {
+    async_read_npy(io.get_executor(), p, options, [&](asio_error_code ec, tensor t) {
         out.emplace(read_result{ec, std::move(t)});
     });
     io.run();
@@ -223,10 +214,10 @@ read_result read_now(const fs::path& p, const npy_read_options& options = {}) {
     return std::move(*out);
 }
 
-std::error_code write_now(const fs::path& p, const_tensor_view v) {
+asio_error_code write_now(const fs::path& p, const_tensor_view v) {
     asio::io_context io;
-    std::optional<std::error_code> out;
-    async_write_npy(io.get_executor(), p, v, [&](std::error_code ec) { out = ec; });
+    std::optional<asio_error_code> out;
+    async_write_npy(io.get_executor(), p, v, [&](asio_error_code ec) { out = ec; });
     io.run();
     REQUIRE(out.has_value());
     return *out;
@@ -323,7 +314,7 @@ TEST_CASE("io: round trips for every dtype, rank 0..8 and layout (C, Fortran, st
 
             // C order.
             const fs::path pc = dir / "c.npy";
-            REQUIRE(write_now(pc, c) == std::error_code{});
+            REQUIRE(write_now(pc, c) == asio_error_code{});
             const std::string bytes = slurp(pc);
             const auto info = detail::npy::parse_header(
                 {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, bytes.size(), {});
@@ -331,7 +322,7 @@ TEST_CASE("io: round trips for every dtype, rank 0..8 and layout (C, Fortran, st
             CHECK_FALSE(info->fortran_order);
             CHECK(bytes.substr(info->data_offset) == raw_bytes(c));
             auto r = read_now(pc);
-            REQUIRE(r.ec == std::error_code{});
+            REQUIRE(r.ec == asio_error_code{});
             CHECK(mismatches(r.t, c) == 0);
             ++files;
 
@@ -340,14 +331,14 @@ TEST_CASE("io: round trips for every dtype, rank 0..8 and layout (C, Fortran, st
             const_tensor_view f = rev.transposed();
             REQUIRE(mismatches(f, c) == 0);
             const fs::path pf = dir / "f.npy";
-            REQUIRE(write_now(pf, f) == std::error_code{});
+            REQUIRE(write_now(pf, f) == asio_error_code{});
             const std::string fbytes = slurp(pf);
             const auto finfo = detail::npy::parse_header(
                 {reinterpret_cast<const std::uint8_t*>(fbytes.data()), fbytes.size()}, fbytes.size(), {});
             REQUIRE(finfo.has_value());
             CHECK(finfo->fortran_order == (rank >= 2));
             r = read_now(pf);
-            REQUIRE(r.ec == std::error_code{});
+            REQUIRE(r.ec == asio_error_code{});
             CHECK(r.t.is_contiguous());
             CHECK(mismatches(r.t, c) == 0);
             ++files;
@@ -359,9 +350,9 @@ TEST_CASE("io: round trips for every dtype, rank 0..8 and layout (C, Fortran, st
                 const tensor w = make_tensor(t, wide);
                 const const_tensor_view s = w.slice(-1, 0, wide.back(), 2);
                 const fs::path ps = dir / "s.npy";
-                REQUIRE(write_now(ps, s) == std::error_code{});
+                REQUIRE(write_now(ps, s) == asio_error_code{});
                 r = read_now(ps);
-                REQUIRE(r.ec == std::error_code{});
+                REQUIRE(r.ec == asio_error_code{});
                 CHECK(mismatches(r.t, s) == 0);
                 ++files;
             }
@@ -399,7 +390,7 @@ TEST_CASE("io: big-endian data is byte-swapped, Fortran files are transposed, ve
                 const fs::path p = dir / "x.npy";
                 spit(p, npy_file(dict_for(v.descr, v.fortran, shape_text), v.data, v.major));
                 const auto r = read_now(p);
-                REQUIRE(r.ec == std::error_code{});
+                REQUIRE(r.ec == asio_error_code{});
                 CHECK(mismatches(r.t, c) == 0);
             }
         }
@@ -414,7 +405,7 @@ TEST_CASE("io: multi-chunk reads and writes (big-endian, Fortran, odd sizes)") {
     const fs::path pb = dir / "big_be.npy";
     spit(pb, npy_file(dict_for(">f4", false, "(" + std::to_string(n) + ",)"), big_endian_bytes(x)));
     auto r = read_now(pb);
-    REQUIRE(r.ec == std::error_code{});
+    REQUIRE(r.ec == asio_error_code{});
     CHECK(mismatches(r.t, x) == 0);
 
     // A 1000 x 701 f64 matrix (5.6 MB) written from its transposed storage (Fortran order).
@@ -422,9 +413,9 @@ TEST_CASE("io: multi-chunk reads and writes (big-endian, Fortran, odd sizes)") {
     const tensor m = make_tensor(dtype::f64, shape);
     const tensor mr = reversed_copy(m);
     const fs::path pf = dir / "big_f.npy";
-    REQUIRE(write_now(pf, mr.transposed()) == std::error_code{});
+    REQUIRE(write_now(pf, mr.transposed()) == asio_error_code{});
     r = read_now(pf);
-    REQUIRE(r.ec == std::error_code{});
+    REQUIRE(r.ec == asio_error_code{});
     CHECK(mismatches(r.t, m) == 0);
 }
 
@@ -462,7 +453,7 @@ TEST_CASE("io: every npy_errc from a crafted file") {
         spit(p, c.bytes);
         const auto r = read_now(p, c.options);
         CHECK(r.ec == c.expected);
-        CHECK(r.ec.category() == npy_category());
+        CHECK(std::error_code(r.ec).category() == npy_category());  // (a Boost code carries the std one)
         CHECK(r.t.data() == nullptr);  // nothing handed out on error
     }
     // not_a_regular_file: a FIFO (opening it must not block either).
@@ -479,7 +470,7 @@ TEST_CASE("io: a file cut at every byte offset of its header (and into its data)
     scratch_dir dir;
     const tensor x = make_tensor(dtype::i64, std::vector<std::int64_t>{3, 2});
     const fs::path whole = dir / "whole.npy";
-    REQUIRE(write_now(whole, x) == std::error_code{});
+    REQUIRE(write_now(whole, x) == asio_error_code{});
     const std::string bytes = slurp(whole);
     const std::size_t header = bytes.size() - x.nbytes();
     REQUIRE(header == 128);
@@ -491,7 +482,7 @@ TEST_CASE("io: a file cut at every byte offset of its header (and into its data)
         CHECK(r.ec == (k < header ? npy_errc::truncated_header : npy_errc::truncated_data));
     }
     spit(p, bytes);
-    CHECK(read_now(p).ec == std::error_code{});
+    CHECK(read_now(p).ec == asio_error_code{});
 }
 
 TEST_CASE("io: a 2 GiB+ sparse file whose header claims more (or less) than it holds") {
@@ -521,7 +512,7 @@ TEST_CASE("io: missing files, directories, paths through files, permissions") {
     scratch_dir dir;
     const tensor x = make_tensor(dtype::f32, std::vector<std::int64_t>{4});
     const fs::path file = dir / "file.npy";
-    REQUIRE(write_now(file, x) == std::error_code{});
+    REQUIRE(write_now(file, x) == asio_error_code{});
 
     CHECK(read_now(dir / "missing.npy").ec == sys(ENOENT));
     CHECK(read_now(file / "below.npy").ec == sys(ENOTDIR));
@@ -541,7 +532,7 @@ TEST_CASE("io: missing files, directories, paths through files, permissions") {
     const fs::path locked_dir = dir / "locked";
     fs::create_directory(locked_dir);
     const fs::path secret = locked_dir / "secret.npy";
-    REQUIRE(write_now(secret, x) == std::error_code{});
+    REQUIRE(write_now(secret, x) == asio_error_code{});
     REQUIRE(::chmod(secret.c_str(), 0600) == 0);
     REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
     REQUIRE(::chmod(locked_dir.c_str(), 0755) == 0);
@@ -561,7 +552,7 @@ TEST_CASE("io: missing files, directories, paths through files, permissions") {
         REQUIRE(::chmod(locked_dir.c_str(), 0755) == 0);
     }
     const auto again = read_now(secret);  // the destination of the refused write is intact
-    REQUIRE(again.ec == std::error_code{});
+    REQUIRE(again.ec == asio_error_code{});
     CHECK(mismatches(again.t, x) == 0);
     CHECK(fs::directory_iterator(locked_dir) != fs::directory_iterator());
     CHECK(std::distance(fs::directory_iterator(locked_dir), fs::directory_iterator()) == 1);
@@ -574,7 +565,7 @@ TEST_CASE("io: use_awaitable returns the tensor and throws system_error naming t
     asio::io_context io;
     std::int64_t bad = -1;
     std::string what;
-    std::error_code code;
+    asio_error_code code;
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
@@ -584,7 +575,7 @@ TEST_CASE("io: use_awaitable returns the tensor and throws system_error naming t
             bad = mismatches(t, x);
             try {
                 co_await async_read_npy(ex, missing);
-            } catch (const std::system_error& e) {
+            } catch (const tenferro::asio_system_error& e) {
                 what = e.what();
                 code = e.code();
             }
@@ -597,17 +588,17 @@ TEST_CASE("io: use_awaitable returns the tensor and throws system_error naming t
     CHECK(what.find(missing.string()) != std::string::npos);
 
     // A failed write through use_awaitable, and as_tuple (no exception).
-    std::error_code tuple_ec;
+    asio_error_code tuple_ec;
     std::string write_what;
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
             auto ex = co_await asio::this_coro::executor;
-            auto [ec, t] = co_await async_read_npy(ex, missing, asio::experimental::as_tuple(asio::use_awaitable));
+            auto [ec, t] = co_await async_read_npy(ex, missing, tenferro::test::as_tuple(asio::use_awaitable));
             tuple_ec = ec;
             try {
                 co_await async_write_npy(ex, dir / "nope" / "x.npy", x);
-            } catch (const std::system_error& e) {
+            } catch (const tenferro::asio_system_error& e) {
                 write_what = e.what();
             }
         },
@@ -632,10 +623,10 @@ TEST_CASE("io: use_future, and the handler runs on its associated executor, neve
         std::future<tensor> r = async_read_npy(io.get_executor(), p, asio::use_future);
         const tensor t = r.get();
         std::future<tensor> missing = async_read_npy(io.get_executor(), dir / "missing.npy", asio::use_future);
-        std::error_code ec;
+        asio_error_code ec;
         try {
             missing.get();
-        } catch (const std::system_error& e) {
+        } catch (const tenferro::asio_system_error& e) {
             ec = e.code();
         }
         guard.reset();
@@ -648,7 +639,7 @@ TEST_CASE("io: use_future, and the handler runs on its associated executor, neve
         auto strand = asio::make_strand(io);
         bool initiated = false, inline_call = false, on_strand = false, on_io_thread = false;
         const auto test_thread = std::this_thread::get_id();
-        async_read_npy(io.get_executor(), p, asio::bind_executor(strand, [&](std::error_code, tensor) {
+        async_read_npy(io.get_executor(), p, asio::bind_executor(strand, [&](asio_error_code, tensor) {
                            inline_call = !initiated;
                            on_strand = strand.running_in_this_thread();
                            on_io_thread = std::this_thread::get_id() == test_thread;
@@ -663,7 +654,7 @@ TEST_CASE("io: use_future, and the handler runs on its associated executor, neve
         // An error found before any I/O (no file name) is delivered by post as well.
         asio::io_context io;
         bool initiated = false, inline_call = true;
-        async_write_npy(io.get_executor(), "", x, [&](std::error_code ec) {
+        async_write_npy(io.get_executor(), "", x, [&](asio_error_code ec) {
             inline_call = !initiated;
             CHECK(ec == sys(ENOENT));
         });
@@ -680,23 +671,23 @@ TEST_CASE("io: many operations at once") {
     for (int i = 0; i < n; ++i)
         xs.push_back(make_tensor(i % 2 ? dtype::f32 : dtype::i64, std::vector<std::int64_t>{i * 1000 + 7, 3}));
     asio::io_context io;
-    std::vector<std::error_code> wrote(n, sys(EINVAL));
+    std::vector<asio_error_code> wrote(n, sys(EINVAL));
     for (int i = 0; i < n; ++i)
         async_write_npy(io.get_executor(), dir / (std::to_string(i) + ".npy"), xs[i],
-                        [&, i](std::error_code ec) { wrote[i] = ec; });
+                        [&, i](asio_error_code ec) { wrote[i] = ec; });
     io.run();
     std::vector<std::optional<read_result>> read(n);
     for (int i = 0; i < n; ++i)
-        async_read_npy(io.get_executor(), dir / (std::to_string(i) + ".npy"), [&, i](std::error_code ec, tensor t) {
+        async_read_npy(io.get_executor(), dir / (std::to_string(i) + ".npy"), [&, i](asio_error_code ec, tensor t) {
             read[i].emplace(read_result{ec, std::move(t)});
         });
     io.restart();
     io.run();
     for (int i = 0; i < n; ++i) {
         INFO(i);
-        CHECK(wrote[i] == std::error_code{});
+        CHECK(wrote[i] == asio_error_code{});
         REQUIRE(read[i].has_value());
-        CHECK(read[i]->ec == std::error_code{});
+        CHECK(read[i]->ec == asio_error_code{});
         CHECK(mismatches(read[i]->t, xs[i]) == 0);
     }
 }
@@ -744,14 +735,14 @@ TEST_CASE("io: cancelling a read in the middle of its data") {
     scratch_dir dir;
     const tensor x = make_tensor(dtype::f32, std::vector<std::int64_t>{12 << 20});  // 48 MiB: 24 chunks
     const fs::path p = dir / "big.npy";
-    REQUIRE(write_now(p, x) == std::error_code{});
+    REQUIRE(write_now(p, x) == asio_error_code{});
 
     asio::io_context io;
     asio::cancellation_signal signal;
     cancel_on_event cancel{&io, &signal, tio::io_event::read_chunk_done};
     hook_guard hook(&cancel_on_event::hook, &cancel);
     std::optional<read_result> out;
-    async_read_npy(io.get_executor(), p, asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, tensor t) {
+    async_read_npy(io.get_executor(), p, asio::bind_cancellation_slot(signal.slot(), [&](asio_error_code ec, tensor t) {
                        out.emplace(read_result{ec, std::move(t)});
                    }));
     io.run();
@@ -769,7 +760,7 @@ TEST_CASE("io: cancelling a write in the middle leaves the old file and no tempo
         scratch_dir dir;
         const fs::path p = dir / "dest.npy";
         const tensor old = make_tensor(dtype::i32, std::vector<std::int64_t>{5});
-        REQUIRE(write_now(p, old) == std::error_code{});
+        REQUIRE(write_now(p, old) == asio_error_code{});
         const std::string old_bytes = slurp(p);
         const tensor x = make_tensor(dtype::f64, std::vector<std::int64_t>{3 << 20});  // 24 MiB: 13 chunks
 
@@ -777,9 +768,9 @@ TEST_CASE("io: cancelling a write in the middle leaves the old file and no tempo
         asio::cancellation_signal signal;
         cancel_on_event cancel{&io, &signal, tio::io_event::write_chunk_done};
         hook_guard hook(&cancel_on_event::hook, &cancel);
-        std::optional<std::error_code> out;
+        std::optional<asio_error_code> out;
         async_write_npy(io.get_executor(), p, x,
-                        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec) { out = ec; }));
+                        asio::bind_cancellation_slot(signal.slot(), [&](asio_error_code ec) { out = ec; }));
         io.run();
         REQUIRE(out.has_value());
         CHECK(*out == asio::error::operation_aborted);
@@ -792,16 +783,16 @@ TEST_CASE("io: a cancellation emitted right after initiation: aborted or complet
     scratch_dir dir;
     const fs::path p = dir / "dest.npy";
     const tensor old = make_tensor(dtype::i32, std::vector<std::int64_t>{5});
-    REQUIRE(write_now(p, old) == std::error_code{});
+    REQUIRE(write_now(p, old) == asio_error_code{});
     const std::string old_bytes = slurp(p);
     const tensor x = make_tensor(dtype::i64, std::vector<std::int64_t>{1 << 20});
     int aborted = 0;
     for (int round = 0; round < 10; ++round) {
         asio::io_context io;
         asio::cancellation_signal signal;
-        std::optional<std::error_code> out;
+        std::optional<asio_error_code> out;
         async_write_npy(io.get_executor(), p, x,
-                        asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec) { out = ec; }));
+                        asio::bind_cancellation_slot(signal.slot(), [&](asio_error_code ec) { out = ec; }));
         signal.emit(asio::cancellation_type::total);
         io.run();
         REQUIRE(out.has_value());
@@ -809,24 +800,24 @@ TEST_CASE("io: a cancellation emitted right after initiation: aborted or complet
             ++aborted;
             CHECK(slurp(p) == old_bytes);
         } else {
-            REQUIRE(*out == std::error_code{});
+            REQUIRE(*out == asio_error_code{});
             const auto r = read_now(p);
-            REQUIRE(r.ec == std::error_code{});
+            REQUIRE(r.ec == asio_error_code{});
             CHECK(mismatches(r.t, x) == 0);
-            REQUIRE(write_now(p, old) == std::error_code{});
+            REQUIRE(write_now(p, old) == asio_error_code{});
         }
         CHECK(dir.entries() == std::vector<std::string>{"dest.npy"});
 
         std::optional<read_result> rout;
         async_read_npy(io.get_executor(), p,
-                       asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, tensor t) {
+                       asio::bind_cancellation_slot(signal.slot(), [&](asio_error_code ec, tensor t) {
                            rout.emplace(read_result{ec, std::move(t)});
                        }));
         signal.emit(asio::cancellation_type::partial);
         io.restart();
         io.run();
         REQUIRE(rout.has_value());
-        CHECK((rout->ec == asio::error::operation_aborted || rout->ec == std::error_code{}));
+        CHECK((rout->ec == asio::error::operation_aborted || rout->ec == asio_error_code{}));
         CHECK((rout->ec ? rout->t.data() == nullptr : rout->t.size() > 0));
     }
     WARN(aborted << " of 10 writes cancelled right after initiation were aborted");
@@ -850,10 +841,10 @@ TEST_CASE("io: an injected failure at every step of a write leaves the old file 
             scratch_dir dir;
             const fs::path p = dir / "dest.npy";
             const tensor old = make_tensor(dtype::i64, std::vector<std::int64_t>{7});
-            REQUIRE(write_now(p, old) == std::error_code{});
+            REQUIRE(write_now(p, old) == asio_error_code{});
             const std::string old_bytes = slurp(p);
             fail_on_event fail{s.event, s.nth, EIO};
-            std::error_code ec;
+            asio_error_code ec;
             {
                 hook_guard hook(&fail_on_event::hook, &fail);
                 ec = write_now(p, x);
@@ -865,14 +856,14 @@ TEST_CASE("io: an injected failure at every step of a write leaves the old file 
             } else {
                 // Only the link step can be skipped: named temporaries (or no O_TMPFILE).
                 CHECK(s.event == tio::io_event::before_link);
-                CHECK(ec == std::error_code{});
+                CHECK(ec == asio_error_code{});
             }
             CHECK(dir.entries() == std::vector<std::string>{"dest.npy"});
         }
     }
     // And a read failing in its data hands out nothing.
     scratch_dir dir;
-    REQUIRE(write_now(dir / "x.npy", x) == std::error_code{});
+    REQUIRE(write_now(dir / "x.npy", x) == asio_error_code{});
     fail_on_event fail{tio::io_event::read_chunk_done, 2, EIO};
     hook_guard hook(&fail_on_event::hook, &fail);
     const auto r = read_now(dir / "x.npy");
@@ -884,7 +875,7 @@ TEST_CASE("io: a writer killed with SIGKILL mid-write leaves the old file intact
     scratch_dir dir;
     const fs::path p = dir / "dest.npy";
     const tensor old = make_tensor(dtype::i32, std::vector<std::int64_t>{5});
-    REQUIRE(write_now(p, old) == std::error_code{});
+    REQUIRE(write_now(p, old) == asio_error_code{});
     const std::string old_bytes = slurp(p);
     // Can this directory hold O_TMPFILE inodes? Then a killed writer leaves nothing behind.
     const int probe = ::open(dir.path.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
@@ -910,7 +901,7 @@ TEST_CASE("io: a writer killed with SIGKILL mid-write leaves the old file intact
         if (now != old_bytes) {
             // Then it must be one complete new file.
             const auto r = read_now(p);
-            REQUIRE(r.ec == std::error_code{});
+            REQUIRE(r.ec == asio_error_code{});
             REQUIRE(r.t.size() == std::int64_t{mib} * (1 << 20) / 4);
             const auto* v = r.t.data<std::int32_t>();
             std::int64_t bad = 0;
@@ -923,7 +914,7 @@ TEST_CASE("io: a writer killed with SIGKILL mid-write leaves the old file intact
             std::erase_if(names, [](const std::string& n) { return n.rfind(".dest.npy.tenferro-", 0) == 0; });
         }
         CHECK(names == std::vector<std::string>{"dest.npy"});
-        REQUIRE(write_now(p, old) == std::error_code{});
+        REQUIRE(write_now(p, old) == asio_error_code{});
     }
     CHECK(killed_mid_write >= 1);
     if (!tmpfile) WARN("no O_TMPFILE in " << dir.path << ": killed writers leave named temporaries");
@@ -1023,7 +1014,7 @@ print('wrote')
                         std::string(order) + dtype_code(t) + "_" + std::to_string(rank) + "_" + layout + ".npy";
                     INFO(name);
                     const auto r = read_now(dir / name);
-                    REQUIRE(r.ec == std::error_code{});
+                    REQUIRE(r.ec == asio_error_code{});
                     CHECK(mismatches(r.t, expected) == 0);
                     ++checked;
                 }
@@ -1041,15 +1032,15 @@ TEST_CASE("io: files written here load in numpy, byte-identical to np.save for C
             const auto shape = test_shape(rank);
             const tensor c = make_tensor(t, shape);
             const std::string stem = std::string(dtype_code(t)) + "_" + std::to_string(rank);
-            REQUIRE(write_now(dir / (stem + "_C.npy"), c) == std::error_code{});
+            REQUIRE(write_now(dir / (stem + "_C.npy"), c) == asio_error_code{});
             const tensor rev = reversed_copy(c);
-            REQUIRE(write_now(dir / (stem + "_F.npy"), rev.transposed()) == std::error_code{});
+            REQUIRE(write_now(dir / (stem + "_F.npy"), rev.transposed()) == asio_error_code{});
             if (rank >= 1) {
                 std::vector<std::int64_t> wide = shape;
                 wide.front() *= 2;
                 const tensor w = make_tensor(t, wide);
                 // Rows 0, 2, 4, ... of w (check.py slices the same way).
-                REQUIRE(write_now(dir / (stem + "_S.npy"), w.slice(0, 0, wide.front(), 2)) == std::error_code{});
+                REQUIRE(write_now(dir / (stem + "_S.npy"), w.slice(0, 0, wide.front(), 2)) == asio_error_code{});
             }
         }
     }

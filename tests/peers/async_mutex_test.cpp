@@ -34,13 +34,8 @@
 #include <thread>
 #include <variant>
 #include <vector>
-#include <asio/bind_executor.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "peer_support.hpp"
 #include "test_host.hpp"
@@ -80,7 +75,7 @@ public:
                 entered_ = true;
                 auto body = [this](test_session&) -> asio::awaitable<void> {
                     acquired = true;
-                    asio::error_code ec;
+                    tenferro::asio_error_code ec;
                     co_await gate_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                     finished = true;
                 };
@@ -281,7 +276,7 @@ TEST_CASE(
     // Let the stop timer fire while first holds the lock.
     asio::steady_timer wait(io, 5ms);
     bool waited = false;
-    wait.async_wait([&](asio::error_code) { waited = true; });
+    wait.async_wait([&](tenferro::asio_error_code) { waited = true; });
     REQUIRE(tenferro::test::run_until(io, [&] { return waited; }));
     CHECK(first.acquired);
     CHECK_FALSE(first.done);         // `||` waits for the entry it asked to stop...
@@ -436,7 +431,7 @@ TEST_CASE("libunifex: async_mutex_v2 try_lock_then_async_lock_waiter") {
     REQUIRE(settle(io));
     CHECK_FALSE(waiter.completed());
     asio::steady_timer later(io, 1ms);
-    later.async_wait([&](asio::error_code) { locked.release(); });  // unlock after a while
+    later.async_wait([&](tenferro::asio_error_code) { locked.release(); });  // unlock after a while
     REQUIRE(tenferro::test::run_until(io, [&] { return waiter.completed(); }));
     CHECK(waiter.succeeded());
     CHECK(waiter.runs() == 1);

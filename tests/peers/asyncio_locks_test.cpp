@@ -31,10 +31,8 @@
 #include <chrono>
 #include <string>
 #include <vector>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "peer_support.hpp"
 #include "test_host.hpp"

@@ -45,11 +45,8 @@
 #include <thread>
 #include <variant>
 #include <vector>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "peer_support.hpp"
 #include "test_host.hpp"
@@ -211,7 +208,7 @@ TEST_CASE("seastar: test_semaphore_timeout_1") {
     REQUIRE(settle(io));
     w.enter(cpu, io, std::chrono::seconds(20), 1, x);
     asio::steady_timer signal(io, std::chrono::milliseconds(3));
-    signal.async_wait([&](asio::error_code) { zero.release(); });
+    signal.async_wait([&](tenferro::asio_error_code) { zero.release(); });
     REQUIRE(tenferro::test::run_until(io, [&] { return w.done; }));
     CHECK_FALSE(w.timed_out);
     REQUIRE(w.result.has_value());
@@ -529,7 +526,7 @@ TEST_CASE("seastar: test_semaphore_units_abort") {
     REQUIRE(units.started());
     REQUIRE_FALSE(f.completed());
     asio::steady_timer abort_later(io, std::chrono::milliseconds(1));
-    abort_later.async_wait([&](asio::error_code) { f.cancel(); });  // as.request_abort()
+    abort_later.async_wait([&](tenferro::asio_error_code) { f.cancel(); });  // as.request_abort()
     REQUIRE(tenferro::test::run_until(io, [&] { return f.completed(); }));
     CHECK(f.error() == session_entry_errc::cancelled);
     CHECK(f.runs() == 0);

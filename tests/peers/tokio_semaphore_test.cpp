@@ -40,9 +40,8 @@
 #include <future>
 #include <thread>
 #include <vector>
-#include <asio/io_context.hpp>
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "peer_support.hpp"
 #include "test_host.hpp"

@@ -13,13 +13,8 @@
 #include <thread>
 #include <variant>
 #include <vector>
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "test_host.hpp"
 #include "test_support.hpp"

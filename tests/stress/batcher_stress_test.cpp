@@ -20,14 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "test_host.hpp"
 #include "test_support.hpp"

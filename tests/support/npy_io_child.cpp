@@ -16,8 +16,8 @@
 #include <string>
 #include <system_error>
 
-#include <asio/io_context.hpp>
 #include <tenferro/io.hpp>
+#include "test_asio.hpp"
 
 using namespace tenferro;
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/use_future.hpp>
+#include "test_asio.hpp"
 
 #include "hwy_targets.hpp"
 #include "tenferro/cpu_backend.hpp"

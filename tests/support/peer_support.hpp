@@ -20,14 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
 #include <catch2/catch.hpp>
+#include "test_asio.hpp"
 
 #include "spawn.hpp"
 #include "test_host.hpp"
@@ -85,7 +79,7 @@ public:
                 started_ = true;
                 parallelism_ = s.parallelism();
                 if (log) log->push_back(name_);
-                asio::error_code ec;
+                tenferro::asio_error_code ec;
                 co_await gate_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                 finished_ = true;
                 co_return 1;

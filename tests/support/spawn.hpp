@@ -6,7 +6,7 @@
 #include <exception>
 #include <utility>
 
-#include <asio/co_spawn.hpp>
+#include "test_asio.hpp"
 
 namespace tenferro::test {
 

@@ -21,9 +21,9 @@
 #include <thread>
 #include <utility>
 
-#include <asio/any_io_executor.hpp>
 #include <tenferro/session_grant.hpp>
 #include <tenferro/session_host.hpp>
+#include "test_asio.hpp"
 
 #ifndef TENFERRO_TEST_GENERIC_HOST
 #include <tenferro/backend_session.hpp>

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include <asio/io_context.hpp>
+#include "test_asio.hpp"
 
 namespace tenferro::test {
 

@@ -22,8 +22,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <asio/associated_allocator.hpp>
-#include <asio/cancellation_type.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/entry_memory.hpp"
 #include "tenferro/detail/handoff.hpp"

@@ -26,8 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include <asio/execution.hpp>
-#include <asio/execution_context.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/function_ref.hpp"
 

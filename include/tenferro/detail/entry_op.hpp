@@ -35,20 +35,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/execution.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
-#include <asio/recycling_allocator.hpp>
-#include <asio/system_executor.hpp>
+#include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/compute_pool.hpp"
@@ -522,8 +509,9 @@ private:
             value_.reset();  // (not `= {}`: GCC 12 at -O1 warns maybe-uninitialized on that)
         // This function is itself queued work of the context while it runs,
         // so the count cannot reach zero here; and the handler sees no work of
-        // ours outstanding.
-        { const work_executor released(std::move(work_)); }
+        // ours outstanding. ([[maybe_unused]]: Boost.Asio's system executor is
+        // trivially destructible, and clang then calls the variable unused.)
+        { [[maybe_unused]] const work_executor released(std::move(work_)); }
         if constexpr (std::is_same_v<handler_allocator, entry_allocator<void>>) {
             struct after_upcall {
                 entry_op* op;

@@ -36,13 +36,7 @@
 #include <atomic>
 #include <utility>
 
-#include <asio/dispatch.hpp>
-#include <asio/execution/blocking.hpp>
-#include <asio/execution/execute.hpp>
-#include <asio/execution/relationship.hpp>
-#include <asio/is_executor.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
+#include "tenferro/asio.hpp"
 
 namespace tenferro::detail {
 
@@ -96,9 +90,8 @@ void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_di
     if (may_dispatch) {
         asio::dispatch(ex, std::forward<Function>(fn));
     } else if constexpr (asio::execution::is_executor<Executor>::value) {
-        asio::execution::execute(
-            asio::prefer(ex, asio::execution::blocking.never, asio::execution::relationship.continuation),
-            std::forward<Function>(fn));
+        asio_execute(asio::prefer(ex, asio::execution::blocking.never, asio::execution::relationship.continuation),
+                     std::forward<Function>(fn));
     } else {
         asio::post(ex, std::forward<Function>(fn));
     }

@@ -26,11 +26,7 @@
 #include <typeinfo>
 #include <utility>
 
-#include <asio/any_io_executor.hpp>
-#include <asio/execution.hpp>
-#include <asio/prefer.hpp>
-#include <asio/query.hpp>
-#include <asio/require.hpp>
+#include "tenferro/asio.hpp"
 
 namespace tenferro::detail {
 

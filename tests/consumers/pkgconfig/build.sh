@@ -6,8 +6,10 @@
 # given here. The rpath lets the program find libtenferro without
 # LD_LIBRARY_PATH.
 set -euo pipefail
-libdir=$(pkg-config --variable=libdir tenferro)
+# tenferro-boost for the Boost.Asio flavour (tests/consumers/run.sh edits this).
+package=tenferro
+libdir=$(pkg-config --variable=libdir $package)
 # Word-splitting of pkg-config's output is intended.
 # shellcheck disable=SC2046
-"${CXX:-c++}" -std=c++20 main.cpp $(pkg-config --cflags tenferro) \
-    $(pkg-config --libs tenferro) "-Wl,-rpath,$libdir" -o consumer
+"${CXX:-c++}" -std=c++20 main.cpp $(pkg-config --cflags $package) \
+    $(pkg-config --libs $package) "-Wl,-rpath,$libdir" -o consumer
