@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 
 namespace tenferro {
 namespace {
@@ -68,18 +69,23 @@ session_entry_error& session_entry_error::operator=(const session_entry_error& o
     return *this = std::move(copy);
 }
 
+namespace {
+template <class Texts>
+void release(Texts* t) noexcept {
+    if (t != nullptr && t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+}
+}  // namespace
+
 session_entry_error& session_entry_error::operator=(session_entry_error&& other) noexcept {
     if (this != &other) {
-        this->~session_entry_error();
+        texts* previous = std::exchange(texts_, std::exchange(other.texts_, nullptr));
         code_ = other.code_;
-        texts_ = std::exchange(other.texts_, nullptr);
+        release(previous);
     }
     return *this;
 }
 
-session_entry_error::~session_entry_error() {
-    if (texts_ != nullptr && texts_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete texts_;
-}
+session_entry_error::~session_entry_error() { release(texts_); }
 
 std::string_view session_entry_error::backend() const noexcept {
     return texts_ != nullptr ? std::string_view(texts_->backend) : std::string_view();
