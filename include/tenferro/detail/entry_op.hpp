@@ -358,14 +358,14 @@ private:
     /// hand-off gate (handoff.hpp): `fn` passes the gate before it may reach the
     /// handler, so this thread has finished touching the caller's executor and
     /// context before the caller can see its completion (S16).
-    /// The handler's executor without the tracked work, for hops: Asio copies
-    /// the executor it posts to, and every copy of a work-tracking executor
-    /// would touch the context's shared work count.
-    auto hop_executor() const noexcept { return asio::prefer(work_, asio::execution::outstanding_work.untracked); }
+    /// The handler's executor without the tracked work (for a body's
+    /// executor; hops make their own copy inside the hand-off, see hop()).
+    auto plain_executor() const noexcept { return asio::prefer(work_, asio::execution::outstanding_work.untracked); }
 
     template <class Function>
     void hop(bool may_dispatch, Function fn) {
-        hand_off(hop_executor(), gate_, std::move(fn), may_dispatch);
+        // (The untracked copy is made inside the hand-off: see hand_off_untracked.)
+        hand_off_untracked(work_, gate_, std::move(fn), may_dispatch);
     }
 
     void run_on_caller(bool may_dispatch) noexcept override {
@@ -379,7 +379,7 @@ private:
 
     asio::any_io_executor caller_executor() const override {
         if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>) {
-            return unwrap_executor(asio::any_io_executor(hop_executor()));
+            return unwrap_executor(asio::any_io_executor(plain_executor()));
         } else {
             // Executors that cannot be type-erased as an I/O executor (such as
             // use_future's, which runs everything inline) have no thread of
@@ -557,7 +557,7 @@ private:
     Handler handler_;
     // The handler's executor, tracked: it keeps the caller's context running
     // while the entry waits or runs elsewhere. The op keeps no second, plain
-    // copy (an executor is up to 7 words): hops derive one (hop_executor()).
+    // copy (an executor is up to 7 words): hops derive one inside the hand-off.
     work_executor work_;
     // In an optional so that finish() can destroy the body (and its captures)
     // before the upcall, even when the op itself is freed after it.

@@ -74,6 +74,19 @@ private:
     handoff_gate* previous_;  // an outer hand-off on this thread (a handler run inline)
 };
 
+/// The post or dispatch itself; the callers below hold the gate around it.
+template <class Executor, class Function>
+void hand_off_unguarded(const Executor& ex, Function&& fn, bool may_dispatch) {
+    if (may_dispatch) {
+        asio::dispatch(ex, std::forward<Function>(fn));
+    } else if constexpr (asio::execution::is_executor<Executor>::value) {
+        asio_execute(asio::prefer(ex, asio::execution::blocking.never, asio::execution::relationship.continuation),
+                     std::forward<Function>(fn));
+    } else {
+        asio::post(ex, std::forward<Function>(fn));
+    }
+}
+
 /// Posts (or, with `may_dispatch`, dispatches) `fn` to `ex` under `gate`. `fn`
 /// must call `gate.pass()` when invoked and when destroyed unrun, as above.
 ///
@@ -87,14 +100,21 @@ private:
 template <class Executor, class Function>
 void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_dispatch) {
     const handoff_scope scope(gate);
-    if (may_dispatch) {
-        asio::dispatch(ex, std::forward<Function>(fn));
-    } else if constexpr (asio::execution::is_executor<Executor>::value) {
-        asio_execute(asio::prefer(ex, asio::execution::blocking.never, asio::execution::relationship.continuation),
-                     std::forward<Function>(fn));
-    } else {
-        asio::post(ex, std::forward<Function>(fn));
-    }
+    hand_off_unguarded(ex, std::forward<Function>(fn), may_dispatch);
+}
+
+/// As hand_off, through an untracked copy of the work-tracking executor
+/// `tracked`, made after the gate closes and destroyed before it opens: an
+/// executor copy may hold a reference into the caller's context (a strand's
+/// implementation, owned by a service of the context), so destroying it after
+/// the gate opened would race with a caller that destroys its context as soon
+/// as the handed-off function ran (S16; the strand teardown test in
+/// cpu_backend_test.cpp caught exactly that under ASan).
+template <class Executor, class Function>
+void hand_off_untracked(const Executor& tracked, handoff_gate& gate, Function&& fn, bool may_dispatch) {
+    const handoff_scope scope(gate);
+    const auto ex = asio::prefer(tracked, asio::execution::outstanding_work.untracked);
+    hand_off_unguarded(ex, std::forward<Function>(fn), may_dispatch);
 }
 
 }  // namespace tenferro::detail
