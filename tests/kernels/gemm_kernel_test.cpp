@@ -31,6 +31,22 @@
 // denominator and the reference's own rounding). A wrong index, a missed or doubled product, a
 // wrong alpha/beta or a stale accumulator breaks it by orders of magnitude.
 
+// Under ASan or TSan the threaded-split tests skip their check against the
+// higher-precision reference (a scalar O(m n k) loop, instrumented: most of
+// their time there); they still compare the 1-, 2- and 3-thread results bit for
+// bit, and the accuracy sweep and every other build keep the reference check.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized_build = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized_build = true;
+#else
+constexpr bool sanitized_build = false;
+#endif
+#else
+constexpr bool sanitized_build = false;
+#endif
+
 namespace {
 
 namespace k = tenferro::kernels;
@@ -377,7 +393,7 @@ void threads_bitwise() {
                 CHECK(p3.tasks_m * p3.tasks_n <= 3);
                 CHECK(bitwise_equal(c1, c2));
                 CHECK(bitwise_equal(c1, c3));
-                CHECK(check(in, c2, 1.5, 0.5).what.empty());
+                if (!sanitized_build) CHECK(check(in, c2, 1.5, 0.5).what.empty());
             }
         }
     });
