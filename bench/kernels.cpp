@@ -331,7 +331,7 @@ void register_streaming(std::int64_t n) {
 }
 
 using native_unary = void (*)(const float*, float*, std::int64_t);
-using session_unary = void (tf::backend_session::*)(tf::const_tensor_view, tf::tensor_view);
+using session_unary = void (tf::backend_session::*)(const tf::const_tensor_view&, const tf::tensor_view&);
 
 void register_transcendental(std::int64_t n) {
     const double nd = static_cast<double>(n);

@@ -106,18 +106,18 @@ public:
     /// s.maximum_into(a, b, out);       // out must be a [2, 3] f32 view
     /// \endcode
     ///@{
-    tensor add(const_tensor_view a, const_tensor_view b);
-    virtual void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor sub(const_tensor_view a, const_tensor_view b);
-    virtual void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor mul(const_tensor_view a, const_tensor_view b);
-    virtual void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor div(const_tensor_view a, const_tensor_view b);
-    virtual void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor maximum(const_tensor_view a, const_tensor_view b);
-    virtual void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor minimum(const_tensor_view a, const_tensor_view b);
-    virtual void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    tensor add(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void add_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor sub(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void sub_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor mul(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void mul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor div(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void div_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor maximum(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void maximum_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor minimum(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void minimum_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
     ///@}
 
     /// \name Unary elementwise ops
@@ -130,24 +130,24 @@ public:
     /// `+inf`, `log(0) = -inf`, `log(x < 0) = NaN`, `tanh(+-inf) = +-1`.
     /// \throws tensor_error for a dtype that is not f32/f64 and (`_into`) a bad `out`.
     ///@{
-    tensor neg(const_tensor_view x);
-    virtual void neg_into(const_tensor_view x, tensor_view out) = 0;
-    tensor abs(const_tensor_view x);
-    virtual void abs_into(const_tensor_view x, tensor_view out) = 0;
-    tensor exp(const_tensor_view x);
-    virtual void exp_into(const_tensor_view x, tensor_view out) = 0;
-    tensor log(const_tensor_view x);
-    virtual void log_into(const_tensor_view x, tensor_view out) = 0;
-    tensor tanh(const_tensor_view x);
-    virtual void tanh_into(const_tensor_view x, tensor_view out) = 0;
-    tensor sqrt(const_tensor_view x);
-    virtual void sqrt_into(const_tensor_view x, tensor_view out) = 0;
-    tensor rsqrt(const_tensor_view x);
-    virtual void rsqrt_into(const_tensor_view x, tensor_view out) = 0;
-    tensor sigmoid(const_tensor_view x);
-    virtual void sigmoid_into(const_tensor_view x, tensor_view out) = 0;
-    tensor relu(const_tensor_view x);
-    virtual void relu_into(const_tensor_view x, tensor_view out) = 0;
+    tensor neg(const const_tensor_view& x);
+    virtual void neg_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor abs(const const_tensor_view& x);
+    virtual void abs_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor exp(const const_tensor_view& x);
+    virtual void exp_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor log(const const_tensor_view& x);
+    virtual void log_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor tanh(const const_tensor_view& x);
+    virtual void tanh_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor sqrt(const const_tensor_view& x);
+    virtual void sqrt_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor rsqrt(const const_tensor_view& x);
+    virtual void rsqrt_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor sigmoid(const const_tensor_view& x);
+    virtual void sigmoid_into(const const_tensor_view& x, const tensor_view& out) = 0;
+    tensor relu(const const_tensor_view& x);
+    virtual void relu_into(const const_tensor_view& x, const tensor_view& out) = 0;
     ///@}
 
     /// \name Scalar forms
@@ -161,10 +161,11 @@ public:
     /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
     /// shapes, an overlapping or broadcast `y` / `out`.
     ///@{
-    tensor scale(const_tensor_view x, double alpha);
-    virtual void scale_into(const_tensor_view x, double alpha, tensor_view out) = 0;
-    virtual void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) = 0;
-    virtual void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) = 0;
+    tensor scale(const const_tensor_view& x, double alpha);
+    virtual void scale_into(const const_tensor_view& x, double alpha, const tensor_view& out) = 0;
+    virtual void axpby(double alpha, const const_tensor_view& x, double beta, const tensor_view& y) = 0;
+    virtual void axpby_into(double alpha, const const_tensor_view& x, double beta, const const_tensor_view& y,
+                            const tensor_view& out) = 0;
     ///@}
 
     /// \name Reductions
@@ -188,44 +189,49 @@ public:
     /// float peak = s.reduce_max(m, {}).data<float>()[0];
     /// \endcode
     ///@{
-    tensor reduce_sum(const_tensor_view x, std::span<const std::int64_t> axes);
-    virtual void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    tensor reduce_prod(const_tensor_view x, std::span<const std::int64_t> axes);
-    virtual void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    tensor reduce_max(const_tensor_view x, std::span<const std::int64_t> axes);
-    virtual void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
-    tensor reduce_min(const_tensor_view x, std::span<const std::int64_t> axes);
-    virtual void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) = 0;
+    tensor reduce_sum(const const_tensor_view& x, std::span<const std::int64_t> axes);
+    virtual void reduce_sum_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                                 const tensor_view& out) = 0;
+    tensor reduce_prod(const const_tensor_view& x, std::span<const std::int64_t> axes);
+    virtual void reduce_prod_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                                  const tensor_view& out) = 0;
+    tensor reduce_max(const const_tensor_view& x, std::span<const std::int64_t> axes);
+    virtual void reduce_max_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                                 const tensor_view& out) = 0;
+    tensor reduce_min(const const_tensor_view& x, std::span<const std::int64_t> axes);
+    virtual void reduce_min_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                                 const tensor_view& out) = 0;
 
-    tensor reduce_sum(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+    tensor reduce_sum(const const_tensor_view& x, std::initializer_list<std::int64_t> axes) {
         return reduce_sum(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
     }
-    void reduce_sum_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+    void reduce_sum_into(const const_tensor_view& x, std::initializer_list<std::int64_t> axes, const tensor_view& out) {
         reduce_sum_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
     }
-    tensor reduce_prod(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+    tensor reduce_prod(const const_tensor_view& x, std::initializer_list<std::int64_t> axes) {
         return reduce_prod(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
     }
-    void reduce_prod_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+    void reduce_prod_into(const const_tensor_view& x, std::initializer_list<std::int64_t> axes,
+                          const tensor_view& out) {
         reduce_prod_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
     }
-    tensor reduce_max(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+    tensor reduce_max(const const_tensor_view& x, std::initializer_list<std::int64_t> axes) {
         return reduce_max(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
     }
-    void reduce_max_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+    void reduce_max_into(const const_tensor_view& x, std::initializer_list<std::int64_t> axes, const tensor_view& out) {
         reduce_max_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
     }
-    tensor reduce_min(const_tensor_view x, std::initializer_list<std::int64_t> axes) {
+    tensor reduce_min(const const_tensor_view& x, std::initializer_list<std::int64_t> axes) {
         return reduce_min(x, std::span<const std::int64_t>(axes.begin(), axes.size()));
     }
-    void reduce_min_into(const_tensor_view x, std::initializer_list<std::int64_t> axes, tensor_view out) {
+    void reduce_min_into(const const_tensor_view& x, std::initializer_list<std::int64_t> axes, const tensor_view& out) {
         reduce_min_into(x, std::span<const std::int64_t>(axes.begin(), axes.size()), out);
     }
     /// Over every axis (rank-0 result).
-    tensor reduce_sum(const_tensor_view x) { return reduce_sum(x, std::span<const std::int64_t>{}); }
-    tensor reduce_prod(const_tensor_view x) { return reduce_prod(x, std::span<const std::int64_t>{}); }
-    tensor reduce_max(const_tensor_view x) { return reduce_max(x, std::span<const std::int64_t>{}); }
-    tensor reduce_min(const_tensor_view x) { return reduce_min(x, std::span<const std::int64_t>{}); }
+    tensor reduce_sum(const const_tensor_view& x) { return reduce_sum(x, std::span<const std::int64_t>{}); }
+    tensor reduce_prod(const const_tensor_view& x) { return reduce_prod(x, std::span<const std::int64_t>{}); }
+    tensor reduce_max(const const_tensor_view& x) { return reduce_max(x, std::span<const std::int64_t>{}); }
+    tensor reduce_min(const const_tensor_view& x) { return reduce_min(x, std::span<const std::int64_t>{}); }
     ///@}
 
     /// \name Dot products
@@ -237,10 +243,10 @@ public:
     /// \throws tensor_error for a dtype that is not f32/f64, mismatched dtypes or
     /// shapes, and (`_into`) a bad `out`.
     ///@{
-    tensor vdot(const_tensor_view a, const_tensor_view b);
-    virtual void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
-    tensor norm_squared(const_tensor_view x);
-    virtual void norm_squared_into(const_tensor_view x, tensor_view out) = 0;
+    tensor vdot(const const_tensor_view& a, const const_tensor_view& b);
+    virtual void vdot_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
+    tensor norm_squared(const const_tensor_view& x);
+    virtual void norm_squared_into(const const_tensor_view& x, const tensor_view& out) = 0;
     ///@}
 
     /// \name Row-wise ops
@@ -266,11 +272,11 @@ public:
     /// auto [scores, ids] = s.top_k(p, 10, -1);   // [batch, vocab] -> [batch, 10] twice
     /// \endcode
     ///@{
-    tensor softmax(const_tensor_view x, std::int64_t axis);
-    virtual void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) = 0;
-    std::pair<tensor, tensor> top_k(const_tensor_view x, std::int64_t k, std::int64_t axis);
-    virtual void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
-                            tensor_view indices) = 0;
+    tensor softmax(const const_tensor_view& x, std::int64_t axis);
+    virtual void softmax_into(const const_tensor_view& x, std::int64_t axis, const tensor_view& out) = 0;
+    std::pair<tensor, tensor> top_k(const const_tensor_view& x, std::int64_t k, std::int64_t axis);
+    virtual void top_k_into(const const_tensor_view& x, std::int64_t k, std::int64_t axis, const tensor_view& values,
+                            const tensor_view& indices) = 0;
     ///@}
 
     /// \name Contractions
@@ -309,12 +315,12 @@ public:
     /// s.dot_general_into(q, kv, {{2}, {2}, {0}, {0}}, attn, 0.125, 0.0);  // batched
     /// \endcode
     ///@{
-    tensor dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg);
-    virtual void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
-                                  double alpha = 1.0, double beta = 0.0) = 0;
-    tensor matmul(const_tensor_view a, const_tensor_view b);
+    tensor dot_general(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg);
+    virtual void dot_general_into(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg,
+                                  const tensor_view& out, double alpha = 1.0, double beta = 0.0) = 0;
+    tensor matmul(const const_tensor_view& a, const const_tensor_view& b);
     /// `matmul` into a caller-owned `out` of the result's shape (never read).
-    virtual void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) = 0;
+    virtual void matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
     ///@}
 
     /// \name Structural ops
@@ -348,25 +354,27 @@ public:
     /// tensor both = s.concatenate({a, b}, -1);
     /// \endcode
     ///@{
-    tensor copy(const_tensor_view x);
-    virtual void copy_into(const_tensor_view src, tensor_view dst) = 0;
-    tensor transpose(const_tensor_view x, std::span<const std::int64_t> perm);
-    virtual void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) = 0;
-    tensor cast(const_tensor_view x, dtype type);
-    virtual void cast_into(const_tensor_view x, tensor_view out) = 0;
+    tensor copy(const const_tensor_view& x);
+    virtual void copy_into(const const_tensor_view& src, const tensor_view& dst) = 0;
+    tensor transpose(const const_tensor_view& x, std::span<const std::int64_t> perm);
+    virtual void transpose_into(const const_tensor_view& x, std::span<const std::int64_t> perm,
+                                const tensor_view& out) = 0;
+    tensor cast(const const_tensor_view& x, dtype type);
+    virtual void cast_into(const const_tensor_view& x, const tensor_view& out) = 0;
     tensor concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis);
-    virtual void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) = 0;
+    virtual void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis,
+                                  const tensor_view& out) = 0;
 
-    tensor transpose(const_tensor_view x, std::initializer_list<std::int64_t> perm) {
+    tensor transpose(const const_tensor_view& x, std::initializer_list<std::int64_t> perm) {
         return transpose(x, std::span<const std::int64_t>(perm.begin(), perm.size()));
     }
-    void transpose_into(const_tensor_view x, std::initializer_list<std::int64_t> perm, tensor_view out) {
+    void transpose_into(const const_tensor_view& x, std::initializer_list<std::int64_t> perm, const tensor_view& out) {
         transpose_into(x, std::span<const std::int64_t>(perm.begin(), perm.size()), out);
     }
     tensor concatenate(std::initializer_list<const_tensor_view> inputs, std::int64_t axis) {
         return concatenate(std::span<const const_tensor_view>(inputs.begin(), inputs.size()), axis);
     }
-    void concatenate_into(std::initializer_list<const_tensor_view> inputs, std::int64_t axis, tensor_view out) {
+    void concatenate_into(std::initializer_list<const_tensor_view> inputs, std::int64_t axis, const tensor_view& out) {
         concatenate_into(std::span<const const_tensor_view>(inputs.begin(), inputs.size()), axis, out);
     }
     ///@}

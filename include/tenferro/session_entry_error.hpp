@@ -18,6 +18,10 @@
 
 namespace tenferro {
 
+namespace detail {
+class entry_base;
+}
+
 /// Why an entry was rejected. Every code is decided before the body starts (rule S3).
 enum class session_entry_errc : int {
     reentered = 1,         ///< a nested entry inside a running session (any backend)
@@ -67,6 +71,13 @@ public:
 
 private:
     struct texts;  // the backend's name, the detail, a reference count
+    // A parked entry keeps its failure as a code byte and the texts' pointer
+    // (detail/entry_op.hpp), and rebuilds the error from them.
+    // (The tag keeps `session_entry_error(code, {})` meaning an empty backend name.)
+    friend class detail::entry_base;
+    struct adopt_texts {};
+    session_entry_error(adopt_texts, session_entry_errc code, texts* adopted) noexcept : code_(code), texts_(adopted) {}
+
     session_entry_errc code_;
     texts* texts_;
 };

@@ -20,7 +20,7 @@
 ///   strides counted in *elements*. A view is valid while the memory it points
 ///   into is: a view of a tensor stays valid as long as *some* tensor shares that
 ///   storage (not necessarily the one it was taken from). Views are cheap to
-///   copy (160 bytes, no allocation) and are passed by value.
+///   copy (160 bytes, no allocation); `backend_session` takes them by `const&`.
 /// - `tensor_view` is shallow-const like `std::span`: a `const tensor_view` still
 ///   grants write access to the elements. `const_tensor_view` only reads.
 ///   `const tensor` only reads too: its `data()`, `view()` and derived views are const.

@@ -2,6 +2,7 @@
 // runner, and the release path. See include/tenferro/detail/entry_op.hpp.
 
 #include <string>
+#include <utility>
 
 #include "tenferro/detail/entry_op.hpp"
 
@@ -46,10 +47,36 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
     ready_at_grant_ = starts_on_caller_ && core_->observer() == nullptr;
 }
 
-entry_base::~entry_base() = default;
+entry_base::~entry_base() { discard_error(); }
+
+static_assert(static_cast<int>(session_entry_errc::reentered) == 1 &&
+                  static_cast<int>(session_entry_errc::cancelled) <= 255,
+              "entry_base keeps the code in a byte, 0 meaning none");
 
 void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
-    error_.emplace(code, core_->name(), std::move(detail));  // never throws
+    const int raw = static_cast<int>(code);
+    if (raw < static_cast<int>(session_entry_errc::reentered) ||
+        raw > static_cast<int>(session_entry_errc::cancelled)) {
+        // Only a backend's open_session can bring a code outside the
+        // enumeration (session_entry_errc{0}, a cast int). The entry still
+        // fails, as `executor` (the backend could not open it), and says so.
+        try {
+            detail = "the backend rejected the session with " + std::to_string(raw) +
+                     ", which is not a session_entry_errc" + (detail.empty() ? "" : ": " + detail);
+        } catch (...) {
+            // Out of memory: the code still says what happened.
+        }
+        code = session_entry_errc::executor;
+    }
+    session_entry_error error(code, core_->name(), std::move(detail));  // never throws
+    discard_error();
+    error_code_ = static_cast<unsigned char>(code);
+    error_texts_ = std::exchange(error.texts_, nullptr);
+}
+
+void entry_base::discard_error() noexcept {
+    // Rebuilt only to be destroyed: drops this entry's reference to the texts.
+    if (error_texts_ != nullptr) (void)take_error();
 }
 
 void entry_base::reject(session_entry_errc code, std::string detail) noexcept {

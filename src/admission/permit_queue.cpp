@@ -18,24 +18,16 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
     // No barging: free permits go to the queue's head first, never to a newcomer.
     if (waiters_.empty() && w.permits_ <= available_) {
         available_ -= w.permits_;
-        if (start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ && handoff_head_ == nullptr &&
-            unstarted_.load(std::memory_order_relaxed) == 0) {
-            // Nothing granted before `w` is unstarted (every such grant is
-            // counted until its body starts, and is in the hand-off list until
-            // it is handed off), so `w` may start now, on this thread (S17).
-            // It stays counted as unstarted until it does, so that a grant made
-            // meanwhile on another thread does not start inline ahead of it.
-            w.state_ = permit_waiter::state::granted;
-            ++admitted_;
-            w.may_start_inline_ = true;
-            w.start_counted_ = true;
-            unstarted_.fetch_add(1, std::memory_order_relaxed);
-            w.handoff_listed_ = false;
-            w.handoff_ready_ = true;
-            return acquire_outcome::granted_inline;
-        }
-        grant_locked(w);
-        return acquire_outcome::granted;
+        // Inline at once when nothing granted before `w` is unstarted (every
+        // such grant is counted until its body starts, and is in the hand-off
+        // list until it is handed off): `w` may start now, on this thread
+        // (S17). It is left out of the hand-off list (nobody can queue behind
+        // it there) but stays counted as unstarted until it starts, so that a
+        // grant made meanwhile on another thread does not start inline ahead of it.
+        const bool start_inline = start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ &&
+                                  handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
+        grant_locked(w, start_inline, !start_inline);
+        return start_inline ? acquire_outcome::granted_inline : acquire_outcome::granted;
     }
     if (!may_wait) {
         ++rejected_;
@@ -50,15 +42,16 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
     return acquire_outcome::queued;
 }
 
-void permit_queue::grant_locked(permit_waiter& w, bool ready) noexcept {
+void permit_queue::grant_locked(permit_waiter& w, bool ready, bool listed) noexcept {
     w.state_ = permit_waiter::state::granted;
     ++admitted_;
     w.may_start_inline_ = unstarted_.load(std::memory_order_relaxed) == 0;
     if (w.starts_on_caller_) {
         w.start_counted_ = true;
         unstarted_.fetch_add(1, std::memory_order_relaxed);
-        w.handoff_listed_ = true;
+        w.handoff_listed_ = listed;
         w.handoff_ready_ = ready;
+        if (!listed) return;
         w.handoff_next_ = nullptr;
         w.handoff_prev_ = handoff_tail_;
         if (handoff_tail_ != nullptr)

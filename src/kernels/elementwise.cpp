@@ -202,7 +202,91 @@ HWY_INLINE void axpby_t(const nd_loop<3>& loop, T alpha, const T* x, T beta, con
     binary_loop(axpby_f<T>{alpha, beta}, loop, out, x, y, begin, end, stream);
 }
 
+// Dense arrays: one unit-stride run, the map*_unit call map2_run / map1_run
+// make for a run whose operands are all unit-stride (the same stream rule).
+template <class Op, class T>
+HWY_INLINE void binary_dense_run(const Op& op, T* out, const T* a, const T* b, std::int64_t n, bool stream) {
+    const hn::ScalableTag<T> d;
+    map2_unit_s<1, 1>(d, op, out, a, b, n, stream && n * static_cast<std::int64_t>(sizeof(T)) >= stream_min_run_bytes);
+    if (stream) hwy::FlushStream();
+}
+
+template <class Op, class T>
+HWY_INLINE void unary_dense_run(const Op& op, T* out, const T* x, std::int64_t n, bool stream) {
+    const hn::ScalableTag<T> d;
+    if (stream && n * static_cast<std::int64_t>(sizeof(T)) >= stream_min_run_bytes)
+        map1_unit<true>(d, op, out, x, n);
+    else
+        map1_unit(d, op, out, x, n);
+    if (stream) hwy::FlushStream();
+}
+
+template <class T>
+HWY_INLINE void binary_dense_t(binary_op op, T* out, const T* a, const T* b, std::int64_t n, bool stream) {
+    switch (op) {
+    case binary_op::add:
+        return binary_dense_run(add_f{}, out, a, b, n, stream);
+    case binary_op::sub:
+        return binary_dense_run(sub_f{}, out, a, b, n, stream);
+    case binary_op::mul:
+        return binary_dense_run(mul_f{}, out, a, b, n, stream);
+    case binary_op::div:
+        return binary_dense_run(div_f{}, out, a, b, n, stream);
+    case binary_op::maximum:
+        return binary_dense_run(maximum_f{}, out, a, b, n, stream);
+    case binary_op::minimum:
+        return binary_dense_run(minimum_f{}, out, a, b, n, stream);
+    }
+}
+
+template <class T>
+HWY_INLINE void unary_dense_t(unary_op op, T* out, const T* x, std::int64_t n, bool stream) {
+    switch (op) {
+    case unary_op::neg:
+        return unary_dense_run(neg_f{}, out, x, n, stream);
+    case unary_op::abs:
+        return unary_dense_run(abs_f{}, out, x, n, stream);
+    case unary_op::sqrt:
+        return unary_dense_run(sqrt_f{}, out, x, n, stream);
+    case unary_op::rsqrt:
+        return unary_dense_run(rsqrt_f{}, out, x, n, stream);
+    case unary_op::relu:
+        return unary_dense_run(relu_f{}, out, x, n, stream);
+    case unary_op::exp:
+    case unary_op::log:
+    case unary_op::tanh:
+    case unary_op::sigmoid:
+        break;  // routed to kernels/transcendental by unary_dense() below
+    }
+}
+
+template <class T>
+HWY_INLINE void axpby_dense_t(T alpha, const T* x, T beta, const T* y, T* out, std::int64_t n, bool stream) {
+    if (beta == T(0)) return unary_dense_run(scale_f<T>{alpha}, out, x, n, stream);  // y is not read
+    binary_dense_run(axpby_f<T>{alpha, beta}, out, x, y, n, stream);
+}
+
 }  // namespace
+
+void BinaryDenseF32(binary_op op, float* out, const float* a, const float* b, std::int64_t n, bool stream) {
+    binary_dense_t(op, out, a, b, n, stream);
+}
+void BinaryDenseF64(binary_op op, double* out, const double* a, const double* b, std::int64_t n, bool stream) {
+    binary_dense_t(op, out, a, b, n, stream);
+}
+void UnaryDenseF32(unary_op op, float* out, const float* x, std::int64_t n, bool stream) {
+    unary_dense_t(op, out, x, n, stream);
+}
+void UnaryDenseF64(unary_op op, double* out, const double* x, std::int64_t n, bool stream) {
+    unary_dense_t(op, out, x, n, stream);
+}
+void AxpbyDenseF32(float alpha, const float* x, float beta, const float* y, float* out, std::int64_t n, bool stream) {
+    axpby_dense_t(alpha, x, beta, y, out, n, stream);
+}
+void AxpbyDenseF64(double alpha, const double* x, double beta, const double* y, double* out, std::int64_t n,
+                   bool stream) {
+    axpby_dense_t(alpha, x, beta, y, out, n, stream);
+}
 
 void BinaryF32(binary_op op, const nd_loop<3>& loop, float* out, const float* a, const float* b, std::int64_t begin,
                std::int64_t end, bool stream) {
@@ -241,6 +325,12 @@ HWY_EXPORT(UnaryF32);
 HWY_EXPORT(UnaryF64);
 HWY_EXPORT(AxpbyF32);
 HWY_EXPORT(AxpbyF64);
+HWY_EXPORT(BinaryDenseF32);
+HWY_EXPORT(BinaryDenseF64);
+HWY_EXPORT(UnaryDenseF32);
+HWY_EXPORT(UnaryDenseF64);
+HWY_EXPORT(AxpbyDenseF32);
+HWY_EXPORT(AxpbyDenseF64);
 
 namespace {
 
@@ -285,6 +375,12 @@ bool stream_output(const nd_loop<2>& loop, std::size_t itemsize, int operands = 
 }
 bool stream_output(const nd_loop<3>& loop, std::size_t itemsize, int operands = 3) noexcept {
     const auto bytes = static_cast<std::size_t>(loop.size()) * itemsize * static_cast<std::size_t>(operands);
+    return bytes > stream_threshold_bytes();
+}
+
+// The same choice for a dense op of `total` elements.
+bool stream_dense(std::int64_t total, std::size_t itemsize, int operands) noexcept {
+    const auto bytes = static_cast<std::size_t>(total) * itemsize * static_cast<std::size_t>(operands);
     return bytes > stream_threshold_bytes();
 }
 
@@ -419,6 +515,33 @@ void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, c
            std::int64_t begin, std::int64_t end) {
     HWY_DYNAMIC_DISPATCH(AxpbyF64)
     (loop, alpha, x, beta, y, out, begin, end, stream_output(loop, sizeof(double), beta == double(0) ? 2 : 3));
+}
+
+void binary_dense(binary_op op, float* out, const float* a, const float* b, std::int64_t n, std::int64_t total) {
+    HWY_DYNAMIC_DISPATCH(BinaryDenseF32)(op, out, a, b, n, stream_dense(total, sizeof(float), 3));
+}
+void binary_dense(binary_op op, double* out, const double* a, const double* b, std::int64_t n, std::int64_t total) {
+    HWY_DYNAMIC_DISPATCH(BinaryDenseF64)(op, out, a, b, n, stream_dense(total, sizeof(double), 3));
+}
+void unary_dense(unary_op op, float* out, const float* x, std::int64_t n, std::int64_t total) {
+    // (The array kernels compute each element on its own: the same values as
+    // map_array_fn's buffered and direct paths.)
+    if (const auto fn = transcendental<float>(op)) return fn(x, out, n);
+    HWY_DYNAMIC_DISPATCH(UnaryDenseF32)(op, out, x, n, stream_dense(total, sizeof(float), 2));
+}
+void unary_dense(unary_op op, double* out, const double* x, std::int64_t n, std::int64_t total) {
+    if (const auto fn = transcendental<double>(op)) return fn(x, out, n);
+    HWY_DYNAMIC_DISPATCH(UnaryDenseF64)(op, out, x, n, stream_dense(total, sizeof(double), 2));
+}
+void axpby_dense(float alpha, const float* x, float beta, const float* y, float* out, std::int64_t n,
+                 std::int64_t total) {
+    HWY_DYNAMIC_DISPATCH(AxpbyDenseF32)
+    (alpha, x, beta, y, out, n, stream_dense(total, sizeof(float), beta == float(0) ? 2 : 3));
+}
+void axpby_dense(double alpha, const double* x, double beta, const double* y, double* out, std::int64_t n,
+                 std::int64_t total) {
+    HWY_DYNAMIC_DISPATCH(AxpbyDenseF64)
+    (alpha, x, beta, y, out, n, stream_dense(total, sizeof(double), beta == double(0) ? 2 : 3));
 }
 
 }  // namespace tenferro::kernels

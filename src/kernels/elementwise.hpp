@@ -45,6 +45,23 @@ void axpby(const nd_loop<3>& loop, float alpha, const float* x, float beta, cons
 void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, const double* y, double* out,
            std::int64_t begin, std::int64_t end);
 
+/// The same ops over dense arrays: `n` elements from each pointer, every
+/// operand unit-stride, as one run (no loop to walk). Bitwise what the loop
+/// forms compute for a one-axis dense loop over the same elements. `total` is
+/// the element count of the whole op this call is a chunk of (`n` when it is
+/// the whole op): the streaming choice is made on it, as the loop forms make it
+/// on their loop. The op layer's contiguous fast path calls these: for a small
+/// op the loop planning and walking was most of the call (docs/kernels.md).
+void binary_dense(binary_op op, float* out, const float* a, const float* b, std::int64_t n, std::int64_t total);
+void binary_dense(binary_op op, double* out, const double* a, const double* b, std::int64_t n, std::int64_t total);
+void unary_dense(unary_op op, float* out, const float* x, std::int64_t n, std::int64_t total);
+void unary_dense(unary_op op, double* out, const double* x, std::int64_t n, std::int64_t total);
+/// `y` unread (may be null) when `beta == 0`; `out` may be `y` itself.
+void axpby_dense(float alpha, const float* x, float beta, const float* y, float* out, std::int64_t n,
+                 std::int64_t total);
+void axpby_dense(double alpha, const double* x, double beta, const double* y, double* out, std::int64_t n,
+                 std::int64_t total);
+
 /// The streaming threshold in bytes: the size of the last-level cache, read once
 /// (sysconf, else /sys/devices/system/cpu/cpu0/cache, else 32 MiB), unless set.
 std::size_t stream_threshold_bytes() noexcept;

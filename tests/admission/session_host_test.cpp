@@ -43,7 +43,15 @@ constexpr session_options placed(placement where, std::size_t k = 1) { return {k
 const char* name_of(placement where) { return where == placement::caller ? "caller placement" : "compute placement"; }
 
 /// What the probe backend's open_session does with the next grant.
-enum class open_plan { open, reject_contended, reject_incompatible, throw_runtime_error, throw_int };
+enum class open_plan {
+    open,
+    reject_contended,
+    reject_incompatible,
+    reject_code_zero,
+    reject_code_large,
+    throw_runtime_error,
+    throw_int
+};
 
 /// Everything a probe backend and its sessions record; outlives the host.
 struct probe_log {
@@ -139,6 +147,10 @@ public:
         case open_plan::reject_incompatible:
             return tl::make_unexpected(
                 session_entry_error(session_entry_errc::incompatible_context, name_, "wrong device generation"));
+        case open_plan::reject_code_zero:  // not a session_entry_errc
+            return tl::make_unexpected(session_entry_error(session_entry_errc{}, name_, "zero"));
+        case open_plan::reject_code_large:
+            return tl::make_unexpected(session_entry_error(static_cast<session_entry_errc>(1000), name_, "large"));
         case open_plan::throw_runtime_error:
             throw std::runtime_error("device lost");
         case open_plan::throw_int:
@@ -384,6 +396,34 @@ TEST_CASE("open_session: on the compute worker that runs the body (sync and asyn
     CHECK(log.copy(log.grant_contexts) == std::vector<const void*>(2, pool_id(host)));
     CHECK(log.take_events() == std::vector<std::string>{"open #1 k=2", "close #1", "open #2 k=1", "close #2"});
     CHECK(balanced(host.stats()));
+}
+
+TEST_CASE("open_session rejecting with a code outside session_entry_errc: executor, naming the code") {
+    // The entry keeps its admission failure's code in a byte, 0 meaning none: a backend's
+    // session_entry_errc{0} must not read as "no error" (the body never ran, so the entry would claim
+    // that the body threw), nor a large code be truncated.
+    for (const open_plan plan : {open_plan::reject_code_zero, open_plan::reject_code_large})
+        for (placement where : {placement::caller, placement::compute}) {
+            const bool zero = plan == open_plan::reject_code_zero;
+            INFO(name_of(where) << (zero ? ", code 0" : ", code 1000"));
+            probe_log log;
+            asio::io_context io;
+            probe_host host({.permits = 1}, log);
+            log.will(plan);
+            std::optional<session_result<int>> r;
+            std::atomic<int> runs{0};
+            spawn(io, [&]() -> asio::awaitable<void> {
+                r = co_await host.with_backend_session(placed(where), [&](probe_session&) { return ++runs; });
+            });
+            REQUIRE(run_until(io, [&] { return r.has_value(); }));
+            REQUIRE_FALSE(r->has_value());
+            CHECK(r->error() == session_entry_errc::executor);
+            CHECK(r->error().backend() == "probe");
+            CHECK(r->error().detail() == std::string("the backend rejected the session with ") + (zero ? "0" : "1000") +
+                                             ", which is not a session_entry_errc: " + (zero ? "zero" : "large"));
+            CHECK(runs == 0);
+            CHECK(balanced(host.stats()));
+        }
 }
 
 TEST_CASE("open_session rejecting: the entry completes with its error, the body never runs, the permits return") {

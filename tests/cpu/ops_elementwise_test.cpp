@@ -20,10 +20,11 @@ namespace {
 
 const std::vector<std::int64_t> odd_sizes = {1, 3, 17, 1023, 65537};
 
-using binary_fn = tensor (backend_session::*)(const_tensor_view, const_tensor_view);
-using binary_into_fn = void (backend_session::*)(const_tensor_view, const_tensor_view, tensor_view);
-using unary_fn = tensor (backend_session::*)(const_tensor_view);
-using unary_into_fn = void (backend_session::*)(const_tensor_view, tensor_view);
+using binary_fn = tensor (backend_session::*)(const const_tensor_view&, const const_tensor_view&);
+using binary_into_fn = void (backend_session::*)(const const_tensor_view&, const const_tensor_view&,
+                                                 const tensor_view&);
+using unary_fn = tensor (backend_session::*)(const const_tensor_view&);
+using unary_into_fn = void (backend_session::*)(const const_tensor_view&, const tensor_view&);
 
 struct binary_case {
     const char* name;

@@ -23,8 +23,9 @@ using namespace tenferro::test;
 
 namespace {
 
-using binary_into_fn = void (backend_session::*)(const_tensor_view, const_tensor_view, tensor_view);
-using unary_into_fn = void (backend_session::*)(const_tensor_view, tensor_view);
+using binary_into_fn = void (backend_session::*)(const const_tensor_view&, const const_tensor_view&,
+                                                 const tensor_view&);
+using unary_into_fn = void (backend_session::*)(const const_tensor_view&, const tensor_view&);
 
 // Shapes on both sides of the vector width, a multi-leaf reduction, and one
 // above the parallel threshold (the ops split over two workers).
@@ -255,7 +256,8 @@ TEST_CASE("fast path: reductions to one value and vdot_into", "[fast_path]") {
                 mn = std::min(mn, xv[i]);
             }
             struct reduction {
-                void (backend_session::*into)(const_tensor_view, std::span<const std::int64_t>, tensor_view);
+                void (backend_session::*into)(const const_tensor_view&, std::span<const std::int64_t>,
+                                              const tensor_view&);
                 double want;
                 double rel;
             };

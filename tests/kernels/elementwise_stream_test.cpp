@@ -68,22 +68,34 @@ void check_binary(std::int64_t n, std::int64_t oo, std::int64_t ao) {
     REQUIRE(static_cast<std::size_t>(n + oo + 2) <= std::size(out_buf));
     for (const bool stream : {true, false}) {
         const threshold_guard guard(stream ? 1 : std::numeric_limits<std::size_t>::max());
-        for (int which = 0; which < 3; ++which) {
+        // which: 0-2 the loop forms (add, maximum, axpby), 3-5 the same ops through the dense entry
+        // points, 6 a dense add in three chunks of one op (offsets and heads that are not the op's).
+        for (int which = 0; which < 7; ++which) {
             std::fill(std::begin(out_buf), std::end(out_buf), canary);
             float* out = out_buf + 1 + oo;  // out_buf[0] is the canary before
             const auto loop = loop3(n);
             if (which == 0) k::binary(k::binary_op::add, loop, out, a, b, 0, n);
             if (which == 1) k::binary(k::binary_op::maximum, loop, out, a, b, 0, n);
             if (which == 2) k::axpby(loop, 0.5f, a, 0.25f, b, out, 0, n);
+            if (which == 3) k::binary_dense(k::binary_op::add, out, a, b, n, n);
+            if (which == 4) k::binary_dense(k::binary_op::maximum, out, a, b, n, n);
+            if (which == 5) k::axpby_dense(0.5f, a, 0.25f, b, out, n, n);
+            if (which == 6) {
+                const std::int64_t cut1 = n / 3, cut2 = n - n / 5;
+                k::binary_dense(k::binary_op::add, out, a, b, cut1, n);
+                k::binary_dense(k::binary_op::add, out + cut1, a + cut1, b + cut1, cut2 - cut1, n);
+                k::binary_dense(k::binary_op::add, out + cut2, a + cut2, b + cut2, n - cut2, n);
+            }
             INFO("n " << n << " out offset " << oo << " a offset " << ao << " stream " << stream << " op " << which);
             REQUIRE(same_bits(out_buf[oo], canary));
             REQUIRE(same_bits(out[n], canary));
             for (std::int64_t i = 0; i < n; ++i) {
-                const float want = which == 0   ? a[i] + b[i]
-                                   : which == 1 ? (a[i] >= b[i] ? a[i] : b[i])
-                                                : std::fma(0.5f, a[i], 0.25f * b[i]);
+                const int op = which % 3;
+                const float want = op == 0   ? a[i] + b[i]
+                                   : op == 1 ? (a[i] >= b[i] ? a[i] : b[i])
+                                             : std::fma(0.5f, a[i], 0.25f * b[i]);
                 // axpby's single rounding holds on FMA targets only; compare it loosely, the rest exactly.
-                if (which == 2) {
+                if (op == 2) {
                     REQUIRE(std::fabs(out[i] - want) <= 1e-6f * (std::fabs(want) + 1.0f));
                 } else if (!same_bits(out[i], want)) {
                     FAIL_CHECK("element " << i << ": " << out[i] << " != " << want);
@@ -135,11 +147,19 @@ TEST_CASE("streamed unary outputs, in place and out of place", "[elementwise][st
             REQUIRE(same_bits(buf[static_cast<std::size_t>(oo)], canary));
             REQUIRE(same_bits(out[n], canary));
             for (std::int64_t i = 0; i < n; ++i) REQUIRE(same_bits(out[i], ref[static_cast<std::size_t>(i)]));
+            // The dense entry point, streamed too: the same bits.
+            std::fill(buf.begin(), buf.end(), canary);
+            k::unary_dense(k::unary_op::sqrt, out, x.data() + oo, n, n);
+            REQUIRE(same_bits(buf[static_cast<std::size_t>(oo)], canary));
+            REQUIRE(same_bits(out[n], canary));
+            for (std::int64_t i = 0; i < n; ++i) REQUIRE(same_bits(out[i], ref[static_cast<std::size_t>(i)]));
             // In place: out = -out, twice, gives the original bits back.
             k::unary(k::unary_op::neg, loop2(n), out, out, 0, n);
             for (std::int64_t i = 0; i < n; ++i) REQUIRE(same_bits(out[i], -ref[static_cast<std::size_t>(i)]));
             k::unary(k::unary_op::neg, loop2(n), out, out, 0, n);
             for (std::int64_t i = 0; i < n; ++i) REQUIRE(same_bits(out[i], ref[static_cast<std::size_t>(i)]));
+            k::unary_dense(k::unary_op::neg, out, out, n, n);  // and through the dense entry point
+            for (std::int64_t i = 0; i < n; ++i) REQUIRE(same_bits(out[i], -ref[static_cast<std::size_t>(i)]));
         }
     });
 }

@@ -55,54 +55,61 @@ public:
     cpu_runtime_cache& cache() const noexcept { return cache_; }
 
     // Elementwise (src/cpu/ops/elementwise.cpp).
-    void add_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void sub_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void mul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void div_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void maximum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void minimum_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void neg_into(const_tensor_view x, tensor_view out) override;
-    void abs_into(const_tensor_view x, tensor_view out) override;
-    void exp_into(const_tensor_view x, tensor_view out) override;
-    void log_into(const_tensor_view x, tensor_view out) override;
-    void tanh_into(const_tensor_view x, tensor_view out) override;
-    void sqrt_into(const_tensor_view x, tensor_view out) override;
-    void rsqrt_into(const_tensor_view x, tensor_view out) override;
-    void sigmoid_into(const_tensor_view x, tensor_view out) override;
-    void relu_into(const_tensor_view x, tensor_view out) override;
-    void scale_into(const_tensor_view x, double alpha, tensor_view out) override;
-    void axpby(double alpha, const_tensor_view x, double beta, tensor_view y) override;
-    void axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) override;
+    void add_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void sub_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void mul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void div_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void maximum_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void minimum_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void neg_into(const const_tensor_view& x, const tensor_view& out) override;
+    void abs_into(const const_tensor_view& x, const tensor_view& out) override;
+    void exp_into(const const_tensor_view& x, const tensor_view& out) override;
+    void log_into(const const_tensor_view& x, const tensor_view& out) override;
+    void tanh_into(const const_tensor_view& x, const tensor_view& out) override;
+    void sqrt_into(const const_tensor_view& x, const tensor_view& out) override;
+    void rsqrt_into(const const_tensor_view& x, const tensor_view& out) override;
+    void sigmoid_into(const const_tensor_view& x, const tensor_view& out) override;
+    void relu_into(const const_tensor_view& x, const tensor_view& out) override;
+    void scale_into(const const_tensor_view& x, double alpha, const tensor_view& out) override;
+    void axpby(double alpha, const const_tensor_view& x, double beta, const tensor_view& y) override;
+    void axpby_into(double alpha, const const_tensor_view& x, double beta, const const_tensor_view& y,
+                    const tensor_view& out) override;
 
     // Reductions (src/cpu/ops/reduce.cpp).
     using backend_session::reduce_max_into;
     using backend_session::reduce_min_into;
     using backend_session::reduce_prod_into;
     using backend_session::reduce_sum_into;
-    void reduce_sum_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    void reduce_prod_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    void reduce_max_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    void reduce_min_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) override;
-    void vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
-    void norm_squared_into(const_tensor_view x, tensor_view out) override;
+    void reduce_sum_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                         const tensor_view& out) override;
+    void reduce_prod_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                          const tensor_view& out) override;
+    void reduce_max_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                         const tensor_view& out) override;
+    void reduce_min_into(const const_tensor_view& x, std::span<const std::int64_t> axes,
+                         const tensor_view& out) override;
+    void vdot_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
+    void norm_squared_into(const const_tensor_view& x, const tensor_view& out) override;
 
     // Row-wise (src/cpu/ops/rowwise.cpp).
-    void softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) override;
-    void top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
-                    tensor_view indices) override;
+    void softmax_into(const const_tensor_view& x, std::int64_t axis, const tensor_view& out) override;
+    void top_k_into(const const_tensor_view& x, std::int64_t k, std::int64_t axis, const tensor_view& values,
+                    const tensor_view& indices) override;
 
     // Structural (src/cpu/ops/structural.cpp).
     using backend_session::concatenate_into;
     using backend_session::transpose_into;
-    void copy_into(const_tensor_view src, tensor_view dst) override;
-    void transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) override;
-    void cast_into(const_tensor_view x, tensor_view out) override;
-    void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) override;
+    void copy_into(const const_tensor_view& src, const tensor_view& dst) override;
+    void transpose_into(const const_tensor_view& x, std::span<const std::int64_t> perm,
+                        const tensor_view& out) override;
+    void cast_into(const const_tensor_view& x, const tensor_view& out) override;
+    void concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis,
+                          const tensor_view& out) override;
 
     // Contractions (src/cpu/ops/contraction.cpp).
-    void dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
-                          double alpha, double beta) override;
-    void matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) override;
+    void dot_general_into(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg,
+                          const tensor_view& out, double alpha, double beta) override;
+    void matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
 
 private:
     void release_claim() noexcept;

@@ -119,15 +119,15 @@ protected:
 
     const std::shared_ptr<host_core>& core() const noexcept { return core_; }
 
-    /// One hop at a time: the runner's (passed in body_finished), then the
-    /// completion's (passed by the completion function).
-    handoff_gate gate_;
-
-    /// Records an admission failure (kept as code + text so that the op stays
-    /// small; the session_entry_error is built at completion).
+    /// Records an admission failure, decided now (built here: two words, so
+    /// that completing needs no host).
     void set_error(session_entry_errc code, std::string detail) noexcept;
-    bool has_error() const noexcept { return error_.has_value(); }
-    session_entry_error take_error() noexcept { return std::move(*error_); }
+    bool has_error() const noexcept { return error_code_ != 0; }
+    /// The recorded failure (once: its texts move out).
+    session_entry_error take_error() noexcept {
+        return session_entry_error(session_entry_error::adopt_texts{}, static_cast<session_entry_errc>(error_code_),
+                                   std::exchange(error_texts_, nullptr));
+    }
 
 private:
     void schedule(bool at_initiation) noexcept;
@@ -136,17 +136,30 @@ private:
     void release_permits() noexcept;
     void reject_counted(session_entry_errc code, std::string detail) noexcept;
 
+    void discard_error() noexcept;
+
+    // The members are ordered so that the one-byte ones share a word: every
+    // byte here is paid by each parked entry (docs/design/session-entry.md).
     std::shared_ptr<host_core> core_;
     // The options, packed: the permits are permit_waiter's; the rest is two flags.
     entry_kind kind_;
     bool may_wait_;        // wait_policy::fifo
     bool compute_placed_;  // placement::compute
-    bool holds_permits_ = false;          // granted and announced to the observer
-    std::shared_ptr<session_context> scope_;      // the scope whose permit this entry reuses
+    bool holds_permits_ = false;  // granted and announced to the observer
+    // The admission failure's code (0: none). Its texts are error_texts_: a
+    // session_entry_error split in two, since std::optional of one would take
+    // three words where these take one (the code fits in this word's padding).
+    unsigned char error_code_ = 0;
+
+protected:
+    /// One hop at a time: the runner's (passed in body_finished), then the
+    /// completion's (passed by the completion function).
+    handoff_gate gate_;
+
+private:
+    std::shared_ptr<session_context> scope_;         // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
-    // The admission failure, if any: built when it is decided (two words; the
-    // texts live in a shared record), so that completing needs no host.
-    std::optional<session_entry_error> error_;
+    session_entry_error::texts* error_texts_ = nullptr;  // shared, immutable; null when out of memory
 };
 
 // ---------------------------------------------------------------------------

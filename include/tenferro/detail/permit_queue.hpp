@@ -232,7 +232,10 @@ public:
 
 private:
     void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
-    void grant_locked(permit_waiter& w, bool ready = false) noexcept;
+    /// Grants `w` its permits (already taken from available_). A waiter that
+    /// starts on its caller joins the hand-off list (`ready`: may be handed off
+    /// at once), unless `listed` is false (an inline start, see acquire).
+    void grant_locked(permit_waiter& w, bool ready = false, bool listed = true) noexcept;
     permit_waiter* take_ready_handoffs_locked() noexcept;
     void unlink_handoff_locked(permit_waiter& w) noexcept;
     permit_waiter* claim_handoffs_locked() noexcept;

@@ -607,8 +607,8 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
 
 }  // namespace
 
-void cpu_session::dot_general_into(const_tensor_view a, const_tensor_view b, const dot_config& cfg, tensor_view out,
-                                   double alpha, double beta) {
+void cpu_session::dot_general_into(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg,
+                                   const tensor_view& out, double alpha, double beta) {
     constexpr std::string_view op = "dot_general_into";
     require_float(op, "a", a.type());
     require_same_dtype(op, "a", a.type(), "b", b.type());
@@ -620,7 +620,7 @@ void cpu_session::dot_general_into(const_tensor_view a, const_tensor_view b, con
     run_plan(*this, *plan, a, b, out, alpha, beta);
 }
 
-void cpu_session::matmul_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
+void cpu_session::matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
     constexpr std::string_view op = "matmul_into";
     const auto plan = cached_plan(cache(), plan_key('m', a, b, nullptr, out, parallelism()),
                                   [&] { return plan_matmul(op, a, b, out, parallelism()); });
@@ -638,7 +638,7 @@ namespace tenferro {
 // `_into` forms but under their own name, then the virtual `_into` form (whose
 // plan, keyed by the new output's row-major strides, is the cached one).
 
-tensor backend_session::dot_general(const_tensor_view a, const_tensor_view b, const dot_config& cfg) {
+tensor backend_session::dot_general(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg) {
     constexpr std::string_view op = "dot_general";
     detail::ops::require_float(op, "a", a.type());
     detail::ops::require_same_dtype(op, "a", a.type(), "b", b.type());
@@ -648,7 +648,7 @@ tensor backend_session::dot_general(const_tensor_view a, const_tensor_view b, co
     return out;
 }
 
-tensor backend_session::matmul(const_tensor_view a, const_tensor_view b) {
+tensor backend_session::matmul(const const_tensor_view& a, const const_tensor_view& b) {
     const detail::matmul_dims md = detail::check_matmul("matmul", a, b);
     tensor out = allocate(a.type(), md.out_shape.span());
     matmul_into(a, b, out.view());

@@ -71,6 +71,35 @@ void exec_axpby(cpu_session& s, const nd_loop<3>& loop, std::int64_t n, double a
               [&](std::int64_t begin, std::int64_t end) { kernels::axpby(loop, a, x, b, y, out, begin, end); });
 }
 
+// The same over dense arrays of n elements (the contiguous fast path): the
+// kernels' dense entry points, chunked by offset.
+template <class T>
+void exec_binary_dense(cpu_session& s, binary_op op, std::int64_t n, T* out, const T* a, const T* b) {
+    if (n < parallel_threshold) return kernels::binary_dense(op, out, a, b, n, n);
+    for_range(s, n, 1, [&](std::int64_t begin, std::int64_t end) {
+        kernels::binary_dense(op, out + begin, a + begin, b + begin, end - begin, n);
+    });
+}
+
+template <class T>
+void exec_unary_dense(cpu_session& s, unary_op op, std::int64_t n, T* out, const T* x) {
+    if (n * cost_of(op) < parallel_threshold) return kernels::unary_dense(op, out, x, n, n);
+    for_range(s, n, cost_of(op), [&](std::int64_t begin, std::int64_t end) {
+        kernels::unary_dense(op, out + begin, x + begin, end - begin, n);
+    });
+}
+
+template <class T>
+void exec_axpby_dense(cpu_session& s, std::int64_t n, double alpha, const T* x, double beta, const T* y, T* out) {
+    const auto a = static_cast<T>(alpha);
+    const auto b = static_cast<T>(beta);
+    if (b == T(0)) y = nullptr;
+    if (n < parallel_threshold) return kernels::axpby_dense(a, x, b, y, out, n, n);
+    for_range(s, n, 1, [&](std::int64_t begin, std::int64_t end) {
+        kernels::axpby_dense(a, x + begin, b, y != nullptr ? y + begin : nullptr, out + begin, end - begin, n);
+    });
+}
+
 // The contiguous fast path's test (op_support.hpp): `out` and `inputs` of
 // `out`'s float dtype and shape, row-major dense, no input overlapping `out`.
 // Sets n to the element count.
@@ -107,9 +136,9 @@ void binary_into(cpu_session& s, std::string_view name, binary_op op, const cons
     if (dense_float_call(n, out, a, b)) {
         if (n == 0) return;
         if (out.type() == dtype::f32)
-            exec_binary(s, op, dense_loop<3>(n), n, typed<float>(out), typed<float>(a), typed<float>(b));
+            exec_binary_dense(s, op, n, typed<float>(out), typed<float>(a), typed<float>(b));
         else
-            exec_binary(s, op, dense_loop<3>(n), n, typed<double>(out), typed<double>(a), typed<double>(b));
+            exec_binary_dense(s, op, n, typed<double>(out), typed<double>(a), typed<double>(b));
         return;
     }
     const extents shape = check_binary(name, a, b);
@@ -136,9 +165,9 @@ void unary_into(cpu_session& s, std::string_view name, unary_op op, const const_
     if (dense_float_call(n, out, x)) {
         if (n == 0) return;
         if (out.type() == dtype::f32)
-            exec_unary(s, op, dense_loop<2>(n), n, typed<float>(out), typed<float>(x));
+            exec_unary_dense(s, op, n, typed<float>(out), typed<float>(x));
         else
-            exec_unary(s, op, dense_loop<2>(n), n, typed<double>(out), typed<double>(x));
+            exec_unary_dense(s, op, n, typed<double>(out), typed<double>(x));
         return;
     }
     require_float(name, "x", x.type());
@@ -174,30 +203,30 @@ bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
 
 }  // namespace
 
-#define TENFERRO_BINARY_OP(name)                                                               \
-    void cpu_session::name##_into(const_tensor_view a, const_tensor_view b, tensor_view out) { \
-        binary_into(*this, #name "_into", binary_op::name, a, b, out);                         \
+#define TENFERRO_BINARY_OP(name)                                                                                    \
+    void cpu_session::name##_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) { \
+        binary_into(*this, #name "_into", binary_op::name, a, b, out);                                              \
     }
 TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 #undef TENFERRO_BINARY_OP
 
-#define TENFERRO_UNARY_OP(name)                                           \
-    void cpu_session::name##_into(const_tensor_view x, tensor_view out) { \
-        unary_into(*this, #name "_into", unary_op::name, x, out);         \
+#define TENFERRO_UNARY_OP(name)                                                         \
+    void cpu_session::name##_into(const const_tensor_view& x, const tensor_view& out) { \
+        unary_into(*this, #name "_into", unary_op::name, x, out);                       \
     }
 TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
-void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out) {
+void cpu_session::scale_into(const const_tensor_view& x, double alpha, const tensor_view& out) {
     std::int64_t n = 0;
     if (dense_float_call(n, out, x)) {
         if (n == 0) return;
         if (out.type() == dtype::f32)
-            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), 0.0, static_cast<const float*>(nullptr),
-                       typed<float>(out));
+            exec_axpby_dense(*this, n, alpha, typed<float>(x), 0.0, static_cast<const float*>(nullptr),
+                             typed<float>(out));
         else
-            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), 0.0, static_cast<const double*>(nullptr),
-                       typed<double>(out));
+            exec_axpby_dense(*this, n, alpha, typed<double>(x), 0.0, static_cast<const double*>(nullptr),
+                             typed<double>(out));
         return;
     }
     require_float("scale_into", "x", x.type());
@@ -206,7 +235,7 @@ void cpu_session::scale_into(const_tensor_view x, double alpha, tensor_view out)
     run_axpby(*this, alpha, x, 0.0, nullptr, out);
 }
 
-void cpu_session::axpby(double alpha, const_tensor_view x, double beta, tensor_view y) {
+void cpu_session::axpby(double alpha, const const_tensor_view& x, double beta, const tensor_view& y) {
     constexpr std::string_view op = "axpby";
     require_float(op, "x", x.type());
     require_same_dtype(op, "x", x.type(), "y", y.type());
@@ -220,15 +249,16 @@ void cpu_session::axpby(double alpha, const_tensor_view x, double beta, tensor_v
     run_axpby(*this, alpha, x, beta, &yc, y);
 }
 
-void cpu_session::axpby_into(double alpha, const_tensor_view x, double beta, const_tensor_view y, tensor_view out) {
+void cpu_session::axpby_into(double alpha, const const_tensor_view& x, double beta, const const_tensor_view& y,
+                             const tensor_view& out) {
     constexpr std::string_view op = "axpby_into";
     std::int64_t n = 0;
     if (dense_float_call(n, out, x, y)) {
         if (n == 0) return;
         if (out.type() == dtype::f32)
-            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<float>(x), beta, typed<float>(y), typed<float>(out));
+            exec_axpby_dense(*this, n, alpha, typed<float>(x), beta, typed<float>(y), typed<float>(out));
         else
-            exec_axpby(*this, dense_loop<3>(n), n, alpha, typed<double>(x), beta, typed<double>(y), typed<double>(out));
+            exec_axpby_dense(*this, n, alpha, typed<double>(x), beta, typed<double>(y), typed<double>(out));
         return;
     }
     require_float(op, "x", x.type());
@@ -247,27 +277,27 @@ namespace tenferro {
 // The allocating forms (non-virtual, backend_session.hpp): validated as their
 // `_into` forms but under their own name, then the virtual `_into` form.
 
-#define TENFERRO_BINARY_OP(name)                                             \
-    tensor backend_session::name(const_tensor_view a, const_tensor_view b) { \
-        const detail::extents shape = detail::check_binary(#name, a, b);     \
-        tensor out = allocate(a.type(), shape.span());                       \
-        name##_into(a, b, out.view());                                       \
-        return out;                                                          \
+#define TENFERRO_BINARY_OP(name)                                                           \
+    tensor backend_session::name(const const_tensor_view& a, const const_tensor_view& b) { \
+        const detail::extents shape = detail::check_binary(#name, a, b);                   \
+        tensor out = allocate(a.type(), shape.span());                                     \
+        name##_into(a, b, out.view());                                                     \
+        return out;                                                                        \
     }
 TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 #undef TENFERRO_BINARY_OP
 
-#define TENFERRO_UNARY_OP(name)                           \
-    tensor backend_session::name(const_tensor_view x) {   \
-        detail::ops::require_float(#name, "x", x.type()); \
-        tensor out = allocate(x.type(), x.shape());       \
-        name##_into(x, out.view());                       \
-        return out;                                       \
+#define TENFERRO_UNARY_OP(name)                                \
+    tensor backend_session::name(const const_tensor_view& x) { \
+        detail::ops::require_float(#name, "x", x.type());      \
+        tensor out = allocate(x.type(), x.shape());            \
+        name##_into(x, out.view());                            \
+        return out;                                            \
     }
 TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
-tensor backend_session::scale(const_tensor_view x, double alpha) {
+tensor backend_session::scale(const const_tensor_view& x, double alpha) {
     detail::ops::require_float("scale", "x", x.type());
     tensor out = allocate(x.type(), x.shape());
     scale_into(x, alpha, out.view());

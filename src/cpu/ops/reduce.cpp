@@ -221,9 +221,10 @@ void run_norm_squared(cpu_session& s, const const_tensor_view& x, const tensor_v
 
 }  // namespace
 
-#define TENFERRO_REDUCE_OP(name)                                                                                       \
-    void cpu_session::reduce_##name##_into(const_tensor_view x, std::span<const std::int64_t> axes, tensor_view out) { \
-        reduce_into(*this, "reduce_" #name "_into", reduce_op::name, x, axes, out);                                    \
+#define TENFERRO_REDUCE_OP(name)                                                                           \
+    void cpu_session::reduce_##name##_into(const const_tensor_view& x, std::span<const std::int64_t> axes, \
+                                           const tensor_view& out) {                                       \
+        reduce_into(*this, "reduce_" #name "_into", reduce_op::name, x, axes, out);                        \
     }
 TENFERRO_REDUCE_OP(sum)
 TENFERRO_REDUCE_OP(prod)
@@ -231,7 +232,7 @@ TENFERRO_REDUCE_OP(max)
 TENFERRO_REDUCE_OP(min)
 #undef TENFERRO_REDUCE_OP
 
-void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_view out) {
+void cpu_session::vdot_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
     // The contiguous fast path (op_support.hpp): a and b dense, of one float
     // dtype and shape with n >= 1 elements, a rank-0 `out` of that dtype
     // outside both; the general path's loop and chunks.
@@ -257,7 +258,7 @@ void cpu_session::vdot_into(const_tensor_view a, const_tensor_view b, tensor_vie
     run_vdot(*this, a, b, out);
 }
 
-void cpu_session::norm_squared_into(const_tensor_view x, tensor_view out) {
+void cpu_session::norm_squared_into(const const_tensor_view& x, const tensor_view& out) {
     require_float("norm_squared_into", "x", x.type());
     check_out("norm_squared_into", "out", out, x.type(), {});
     check_no_overlap("norm_squared_into", "out", out, "x", x);
@@ -271,12 +272,12 @@ namespace tenferro {
 // The allocating forms (non-virtual, backend_session.hpp): validated as their
 // `_into` forms but under their own name, then the virtual `_into` form.
 
-#define TENFERRO_REDUCE_OP(name)                                                                     \
-    tensor backend_session::reduce_##name(const_tensor_view x, std::span<const std::int64_t> axes) { \
-        const auto plan = detail::plan_reduce("reduce_" #name, detail::reduce_op::name, x, axes);    \
-        tensor out = allocate(x.type(), plan.out_shape.span());                                      \
-        reduce_##name##_into(x, axes, out.view());                                                   \
-        return out;                                                                                  \
+#define TENFERRO_REDUCE_OP(name)                                                                            \
+    tensor backend_session::reduce_##name(const const_tensor_view& x, std::span<const std::int64_t> axes) { \
+        const auto plan = detail::plan_reduce("reduce_" #name, detail::reduce_op::name, x, axes);           \
+        tensor out = allocate(x.type(), plan.out_shape.span());                                             \
+        reduce_##name##_into(x, axes, out.view());                                                          \
+        return out;                                                                                         \
     }
 TENFERRO_REDUCE_OP(sum)
 TENFERRO_REDUCE_OP(prod)
@@ -284,14 +285,14 @@ TENFERRO_REDUCE_OP(max)
 TENFERRO_REDUCE_OP(min)
 #undef TENFERRO_REDUCE_OP
 
-tensor backend_session::vdot(const_tensor_view a, const_tensor_view b) {
+tensor backend_session::vdot(const const_tensor_view& a, const const_tensor_view& b) {
     detail::check_vdot("vdot", a, b);
     tensor out = allocate(a.type(), {});
     vdot_into(a, b, out.view());
     return out;
 }
 
-tensor backend_session::norm_squared(const_tensor_view x) {
+tensor backend_session::norm_squared(const const_tensor_view& x) {
     detail::ops::require_float("norm_squared", "x", x.type());
     tensor out = allocate(x.type(), {});
     norm_squared_into(x, out.view());

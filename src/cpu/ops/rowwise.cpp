@@ -107,7 +107,7 @@ void run_top_k(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::
 
 }  // namespace
 
-void cpu_session::softmax_into(const_tensor_view x, std::int64_t axis, tensor_view out) {
+void cpu_session::softmax_into(const const_tensor_view& x, std::int64_t axis, const tensor_view& out) {
     require_float("softmax_into", "x", x.type());
     const std::int64_t ax = normalize_axis("softmax_into", axis, "x", x.shape());
     check_out("softmax_into", "out", out, x.type(), x.shape());
@@ -115,8 +115,8 @@ void cpu_session::softmax_into(const_tensor_view x, std::int64_t axis, tensor_vi
     run_softmax(*this, x, ax, out);
 }
 
-void cpu_session::top_k_into(const_tensor_view x, std::int64_t k, std::int64_t axis, tensor_view values,
-                             tensor_view indices) {
+void cpu_session::top_k_into(const const_tensor_view& x, std::int64_t k, std::int64_t axis, const tensor_view& values,
+                             const tensor_view& indices) {
     constexpr std::string_view op = "top_k_into";
     const top_k_plan p = plan_top_k(op, x, k, axis);
     check_out(op, "values", values, x.type(), p.out_shape.span());
@@ -135,7 +135,7 @@ namespace tenferro {
 // The allocating forms (non-virtual, backend_session.hpp): validated as their
 // `_into` forms but under their own name, then the virtual `_into` form.
 
-tensor backend_session::softmax(const_tensor_view x, std::int64_t axis) {
+tensor backend_session::softmax(const const_tensor_view& x, std::int64_t axis) {
     detail::ops::require_float("softmax", "x", x.type());
     detail::ops::normalize_axis("softmax", axis, "x", x.shape());
     tensor out = allocate(x.type(), x.shape());
@@ -143,7 +143,7 @@ tensor backend_session::softmax(const_tensor_view x, std::int64_t axis) {
     return out;
 }
 
-std::pair<tensor, tensor> backend_session::top_k(const_tensor_view x, std::int64_t k, std::int64_t axis) {
+std::pair<tensor, tensor> backend_session::top_k(const const_tensor_view& x, std::int64_t k, std::int64_t axis) {
     const detail::top_k_plan p = detail::plan_top_k("top_k", x, k, axis);
     tensor values = allocate(x.type(), p.out_shape.span());
     tensor indices = allocate(dtype::i64, p.out_shape.span());

@@ -129,7 +129,7 @@ void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out
 
 }  // namespace
 
-void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
+void cpu_session::copy_into(const const_tensor_view& src, const tensor_view& dst) {
     constexpr std::string_view op = "copy_into";
     // The contiguous fast path (op_support.hpp): src and dst of one dtype and
     // shape, both dense, disjoint; the general path's one-axis copy.
@@ -159,7 +159,8 @@ void cpu_session::copy_into(const_tensor_view src, tensor_view dst) {
     run_copy(*this, src.data(), strides.span(), dst);
 }
 
-void cpu_session::transpose_into(const_tensor_view x, std::span<const std::int64_t> perm, tensor_view out) {
+void cpu_session::transpose_into(const const_tensor_view& x, std::span<const std::int64_t> perm,
+                                 const tensor_view& out) {
     constexpr std::string_view op = "transpose_into";
     const extents p = normalize_perm(op, perm, x);
     const const_tensor_view v = x.transposed(p.span());
@@ -168,14 +169,15 @@ void cpu_session::transpose_into(const_tensor_view x, std::span<const std::int64
     run_copy(*this, v.data(), v.strides(), out);
 }
 
-void cpu_session::cast_into(const_tensor_view x, tensor_view out) {
+void cpu_session::cast_into(const const_tensor_view& x, const tensor_view& out) {
     constexpr std::string_view op = "cast_into";
     check_out(op, "out", out, out.type(), x.shape());
     check_no_overlap(op, "out", out, "x", x);
     run_cast(*this, x, out);
 }
 
-void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis, tensor_view out) {
+void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis,
+                                   const tensor_view& out) {
     constexpr std::string_view op = "concatenate_into";
     const concat_plan p = plan_concat(op, inputs, axis);
     check_out(op, "out", out, inputs[0].type(), p.out_shape.span());
@@ -190,13 +192,13 @@ namespace tenferro {
 // The allocating forms (non-virtual, backend_session.hpp): validated as their
 // `_into` forms but under their own name, then the virtual `_into` form.
 
-tensor backend_session::copy(const_tensor_view x) {
+tensor backend_session::copy(const const_tensor_view& x) {
     tensor out = allocate(x.type(), x.shape());
     copy_into(x, out.view());
     return out;
 }
 
-tensor backend_session::transpose(const_tensor_view x, std::span<const std::int64_t> perm) {
+tensor backend_session::transpose(const const_tensor_view& x, std::span<const std::int64_t> perm) {
     const detail::extents p = detail::normalize_perm("transpose", perm, x);
     const const_tensor_view v = x.transposed(p.span());
     tensor out = allocate(x.type(), v.shape());
@@ -204,7 +206,7 @@ tensor backend_session::transpose(const_tensor_view x, std::span<const std::int6
     return out;
 }
 
-tensor backend_session::cast(const_tensor_view x, dtype type) {
+tensor backend_session::cast(const const_tensor_view& x, dtype type) {
     detail::check_dtype("cast", type);
     tensor out = allocate(type, x.shape());
     cast_into(x, out.view());
