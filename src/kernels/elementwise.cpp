@@ -518,28 +518,34 @@ void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, c
 }
 
 void binary_dense(binary_op op, float* out, const float* a, const float* b, std::int64_t n, std::int64_t total) {
+    if (n <= 0) return;  // (the unit loops read a[0] and b[0] for broadcasts, even for no elements)
     HWY_DYNAMIC_DISPATCH(BinaryDenseF32)(op, out, a, b, n, stream_dense(total, sizeof(float), 3));
 }
 void binary_dense(binary_op op, double* out, const double* a, const double* b, std::int64_t n, std::int64_t total) {
+    if (n <= 0) return;
     HWY_DYNAMIC_DISPATCH(BinaryDenseF64)(op, out, a, b, n, stream_dense(total, sizeof(double), 3));
 }
 void unary_dense(unary_op op, float* out, const float* x, std::int64_t n, std::int64_t total) {
+    if (n <= 0) return;
     // (The array kernels compute each element on its own: the same values as
     // map_array_fn's buffered and direct paths.)
     if (const auto fn = transcendental<float>(op)) return fn(x, out, n);
     HWY_DYNAMIC_DISPATCH(UnaryDenseF32)(op, out, x, n, stream_dense(total, sizeof(float), 2));
 }
 void unary_dense(unary_op op, double* out, const double* x, std::int64_t n, std::int64_t total) {
+    if (n <= 0) return;
     if (const auto fn = transcendental<double>(op)) return fn(x, out, n);
     HWY_DYNAMIC_DISPATCH(UnaryDenseF64)(op, out, x, n, stream_dense(total, sizeof(double), 2));
 }
 void axpby_dense(float alpha, const float* x, float beta, const float* y, float* out, std::int64_t n,
                  std::int64_t total) {
+    if (n <= 0) return;
     HWY_DYNAMIC_DISPATCH(AxpbyDenseF32)
     (alpha, x, beta, y, out, n, stream_dense(total, sizeof(float), beta == float(0) ? 2 : 3));
 }
 void axpby_dense(double alpha, const double* x, double beta, const double* y, double* out, std::int64_t n,
                  std::int64_t total) {
+    if (n <= 0) return;
     HWY_DYNAMIC_DISPATCH(AxpbyDenseF64)
     (alpha, x, beta, y, out, n, stream_dense(total, sizeof(double), beta == double(0) ? 2 : 3));
 }
