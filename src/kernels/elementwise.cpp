@@ -144,45 +144,59 @@ HWY_INLINE void unary_loop(const Op& op, const nd_loop<2>& loop, T* out, const T
     if (stream) hwy::FlushStream();
 }
 
+// One switch per op family from the runtime op to its functor; every form
+// (strided loop, dense run) goes through it, so an op is added in one place.
+// `f` is called with the functor; the unary transcendental ops have none here
+// (unary() and unary_dense() below route them to kernels/transcendental).
+template <class F>
+HWY_INLINE void with_binary_functor(binary_op op, F&& f) {
+    switch (op) {
+    case binary_op::add:
+        return f(add_f{});
+    case binary_op::sub:
+        return f(sub_f{});
+    case binary_op::mul:
+        return f(mul_f{});
+    case binary_op::div:
+        return f(div_f{});
+    case binary_op::maximum:
+        return f(maximum_f{});
+    case binary_op::minimum:
+        return f(minimum_f{});
+    }
+}
+
+template <class F>
+HWY_INLINE void with_unary_functor(unary_op op, F&& f) {
+    switch (op) {
+    case unary_op::neg:
+        return f(neg_f{});
+    case unary_op::abs:
+        return f(abs_f{});
+    case unary_op::sqrt:
+        return f(sqrt_f{});
+    case unary_op::rsqrt:
+        return f(rsqrt_f{});
+    case unary_op::relu:
+        return f(relu_f{});
+    case unary_op::exp:
+    case unary_op::log:
+    case unary_op::tanh:
+    case unary_op::sigmoid:
+        break;
+    }
+}
+
 template <class T>
 HWY_INLINE void binary_t(binary_op op, const nd_loop<3>& loop, T* out, const T* a, const T* b, std::int64_t begin,
                          std::int64_t end, bool stream) {
-    switch (op) {
-    case binary_op::add:
-        return binary_loop(add_f{}, loop, out, a, b, begin, end, stream);
-    case binary_op::sub:
-        return binary_loop(sub_f{}, loop, out, a, b, begin, end, stream);
-    case binary_op::mul:
-        return binary_loop(mul_f{}, loop, out, a, b, begin, end, stream);
-    case binary_op::div:
-        return binary_loop(div_f{}, loop, out, a, b, begin, end, stream);
-    case binary_op::maximum:
-        return binary_loop(maximum_f{}, loop, out, a, b, begin, end, stream);
-    case binary_op::minimum:
-        return binary_loop(minimum_f{}, loop, out, a, b, begin, end, stream);
-    }
+    with_binary_functor(op, [&](const auto& f) { binary_loop(f, loop, out, a, b, begin, end, stream); });
 }
 
 template <class T>
 HWY_INLINE void unary_t(unary_op op, const nd_loop<2>& loop, T* out, const T* x, std::int64_t begin, std::int64_t end,
                         bool stream) {
-    switch (op) {
-    case unary_op::neg:
-        return unary_loop(neg_f{}, loop, out, x, begin, end, stream);
-    case unary_op::abs:
-        return unary_loop(abs_f{}, loop, out, x, begin, end, stream);
-    case unary_op::sqrt:
-        return unary_loop(sqrt_f{}, loop, out, x, begin, end, stream);
-    case unary_op::rsqrt:
-        return unary_loop(rsqrt_f{}, loop, out, x, begin, end, stream);
-    case unary_op::relu:
-        return unary_loop(relu_f{}, loop, out, x, begin, end, stream);
-    case unary_op::exp:
-    case unary_op::log:
-    case unary_op::tanh:
-    case unary_op::sigmoid:
-        break;  // routed to kernels/transcendental by unary() below
-    }
+    with_unary_functor(op, [&](const auto& f) { unary_loop(f, loop, out, x, begin, end, stream); });
 }
 
 template <class T>
@@ -223,41 +237,12 @@ HWY_INLINE void unary_dense_run(const Op& op, T* out, const T* x, std::int64_t n
 
 template <class T>
 HWY_INLINE void binary_dense_t(binary_op op, T* out, const T* a, const T* b, std::int64_t n, bool stream) {
-    switch (op) {
-    case binary_op::add:
-        return binary_dense_run(add_f{}, out, a, b, n, stream);
-    case binary_op::sub:
-        return binary_dense_run(sub_f{}, out, a, b, n, stream);
-    case binary_op::mul:
-        return binary_dense_run(mul_f{}, out, a, b, n, stream);
-    case binary_op::div:
-        return binary_dense_run(div_f{}, out, a, b, n, stream);
-    case binary_op::maximum:
-        return binary_dense_run(maximum_f{}, out, a, b, n, stream);
-    case binary_op::minimum:
-        return binary_dense_run(minimum_f{}, out, a, b, n, stream);
-    }
+    with_binary_functor(op, [&](const auto& f) { binary_dense_run(f, out, a, b, n, stream); });
 }
 
 template <class T>
 HWY_INLINE void unary_dense_t(unary_op op, T* out, const T* x, std::int64_t n, bool stream) {
-    switch (op) {
-    case unary_op::neg:
-        return unary_dense_run(neg_f{}, out, x, n, stream);
-    case unary_op::abs:
-        return unary_dense_run(abs_f{}, out, x, n, stream);
-    case unary_op::sqrt:
-        return unary_dense_run(sqrt_f{}, out, x, n, stream);
-    case unary_op::rsqrt:
-        return unary_dense_run(rsqrt_f{}, out, x, n, stream);
-    case unary_op::relu:
-        return unary_dense_run(relu_f{}, out, x, n, stream);
-    case unary_op::exp:
-    case unary_op::log:
-    case unary_op::tanh:
-    case unary_op::sigmoid:
-        break;  // routed to kernels/transcendental by unary_dense() below
-    }
+    with_unary_functor(op, [&](const auto& f) { unary_dense_run(f, out, x, n, stream); });
 }
 
 template <class T>
@@ -362,26 +347,23 @@ std::size_t last_level_cache_bytes() noexcept {
 
 std::atomic<std::size_t> stream_threshold_override{0};
 
-// Whether an op over `loop` writes its output with non-temporal stores: when the
-// bytes it touches (`operands` arrays of the loop's size, the output included)
-// exceed the last-level cache. Then the start of the output has left the cache
-// before the op ends, so caching it only costs a read-for-ownership of every
-// output line (a third of a triad's traffic) and evicts the inputs. Decided on
-// the whole loop, not the chunk, so every worker of a split op chooses alike;
-// the stores' values are the same either way.
-bool stream_output(const nd_loop<2>& loop, std::size_t itemsize, int operands = 2) noexcept {
-    const auto bytes = static_cast<std::size_t>(loop.size()) * itemsize * static_cast<std::size_t>(operands);
-    return bytes > stream_threshold_bytes();
-}
-bool stream_output(const nd_loop<3>& loop, std::size_t itemsize, int operands = 3) noexcept {
-    const auto bytes = static_cast<std::size_t>(loop.size()) * itemsize * static_cast<std::size_t>(operands);
-    return bytes > stream_threshold_bytes();
-}
-
-// The same choice for a dense op of `total` elements.
+// Whether an op over `total` elements writes its output with non-temporal
+// stores: when the bytes it touches (`operands` arrays of `total` elements, the
+// output included) exceed the last-level cache. Then the start of the output
+// has left the cache before the op ends, so caching it only costs a
+// read-for-ownership of every output line (a third of a triad's traffic) and
+// evicts the inputs. Decided on the whole op (a loop's size, a dense op's
+// total), not the chunk, so every worker of a split op chooses alike; the
+// stores' values are the same either way.
 bool stream_dense(std::int64_t total, std::size_t itemsize, int operands) noexcept {
     const auto bytes = static_cast<std::size_t>(total) * itemsize * static_cast<std::size_t>(operands);
     return bytes > stream_threshold_bytes();
+}
+bool stream_output(const nd_loop<2>& loop, std::size_t itemsize, int operands = 2) noexcept {
+    return stream_dense(loop.size(), itemsize, operands);
+}
+bool stream_output(const nd_loop<3>& loop, std::size_t itemsize, int operands = 3) noexcept {
+    return stream_dense(loop.size(), itemsize, operands);
 }
 
 }  // namespace

@@ -91,8 +91,13 @@ HWY_INLINE void map1_partial(D d, const Op& op, T* out, const T* x, std::int64_t
 // out[i] = op(d, x[i]) for i < n, all unit-stride. Stream: non-temporal stores
 // for the vector-aligned body (the head before it goes through the padded path);
 // the caller fences (hwy::FlushStream) once it is done.
+// Not inlined, nor is map2_unit: these are the vector loops, and every run
+// shape (unit, broadcast, gathered, dense) of an op calls the same compiled
+// copy. Inlined, each call site was a copy of the loop per op, dtype and
+// target, which made elementwise.cpp the slowest file to compile by far; a
+// call per run costs a nanosecond or two.
 template <bool Stream = false, class D, class Op, class T = hn::TFromD<D>>
-HWY_INLINE void map1_unit(D d, const Op& op, T* out, const T* x, std::int64_t n) {
+HWY_NOINLINE void map1_unit(D d, const Op& op, T* out, const T* x, std::int64_t n) {
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));
     std::int64_t i = 0;
     if constexpr (Stream) {
@@ -162,7 +167,7 @@ HWY_INLINE void map2_partial(D d, const Op& op, T* out, const T* a, const T* b, 
 // out[i] = op(d, a[i], b[i]); SA / SB: 1 = unit stride, 0 = broadcast scalar.
 // Stream: as in map1_unit.
 template <int SA, int SB, bool Stream = false, class D, class Op, class T = hn::TFromD<D>>
-HWY_INLINE void map2_unit(D d, const Op& op, T* out, const T* a, const T* b, std::int64_t n) {
+HWY_NOINLINE void map2_unit(D d, const Op& op, T* out, const T* a, const T* b, std::int64_t n) {
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));
     const auto va = hn::Set(d, a[0]);
     const auto vb = hn::Set(d, b[0]);
