@@ -166,27 +166,40 @@ HWY_INLINE const T* leaf_data(const nd_loop<1>& loop, const T* x, std::int64_t p
     return buf;
 }
 
+// Reduces the n >= 1 contiguous elements p[0..n) in the order of reduce.hpp.
+// A single leaf is its own result (a one-entry stack returns it unchanged),
+// which is most calls on small arrays.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE T reduce_contiguous(D d, reduce_op op, const T* p, std::int64_t n) {
+    const auto leaf = [&](const T* q, std::int64_t m) HWY_ATTR {
+        return op == reduce_op::sum ? leaf_sum(d, q, m) : leaf_other(d, op, q, m);
+    };
+    if (n <= reduce_leaf) return leaf(p, n);
+    pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{op});
+    for (std::int64_t i = 0; i < n; i += reduce_leaf) stack.push(leaf(p + i, std::min(reduce_leaf, n - i)), 0);
+    return stack.finish(reduce_identity<T>(op));
+}
+
 template <class T>
 HWY_INLINE T reduce_t(reduce_op op, const nd_loop<1>& loop, const T* x, std::int64_t begin, std::int64_t end) {
     const hn::ScalableTag<T> d;
+    // A dense 1-D loop (the common case): position p is element p, and `begin`
+    // is a multiple of reduce_leaf, so the leaves fall where they would from 0.
+    if (loop.rank == 1 && loop.inner_stride(0) == 1) return reduce_contiguous(d, op, x + begin, end - begin);
     pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{op});
     HWY_ALIGN T buf[reduce_leaf];
-    // A dense 1-D loop (the common case): position p is element p, no cursor per leaf.
-    const bool dense = loop.rank == 1 && loop.inner_stride(0) == 1;
     for (std::int64_t p = begin; p < end; p += reduce_leaf) {
         const std::int64_t m = std::min(reduce_leaf, end - p);
-        const T* src = dense ? x + p : leaf_data(loop, x, p, m, buf);
+        const T* src = leaf_data(loop, x, p, m, buf);
         stack.push(op == reduce_op::sum ? leaf_sum(d, src, m) : leaf_other(d, op, src, m), 0);
     }
     return stack.finish(reduce_identity<T>(op));
 }
 
-// The pairwise sum of p[0..n) (contiguous), in the order of reduce_t.
+// The pairwise sum of p[0..n) (contiguous), in the order of reduce_t; 0 when n == 0.
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE T sum_contiguous(D d, const T* p, std::int64_t n) {
-    pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});
-    for (std::int64_t i = 0; i < n; i += reduce_leaf) stack.push(leaf_sum(d, p + i, std::min(reduce_leaf, n - i)), 0);
-    return stack.finish(T(0));
+    return n == 0 ? T(0) : reduce_contiguous(d, reduce_op::sum, p, n);
 }
 
 // The NaN-propagating maximum of p[0..n), n >= 1 (contiguous).

@@ -19,20 +19,30 @@ HWY_BEFORE_NAMESPACE();
 namespace tenferro::kernels::HWY_NAMESPACE {
 namespace {
 
+// The dot product of the n >= 1 contiguous elements of a and b, in the order
+// of reduce.hpp; a single leaf is its own result (see reduce_contiguous).
+template <class T>
+HWY_INLINE T dot_contiguous(const T* a, const T* b, std::int64_t n) {
+    const hn::ScalableTag<T> d;
+    if (n <= reduce_leaf) return leaf_dot(d, a, b, n);
+    pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});
+    for (std::int64_t p = 0; p < n; p += reduce_leaf)
+        stack.push(leaf_dot(d, a + p, b + p, std::min(reduce_leaf, n - p)), 0);
+    return stack.finish(T(0));
+}
+
 template <class T>
 HWY_INLINE T dot_t(const nd_loop<2>& loop, const T* a, const T* b, std::int64_t begin, std::int64_t end) {
+    // Both operands dense along a 1-D loop (the common case): position p is
+    // element p of each, and `begin` is a multiple of reduce_leaf.
+    if (loop.rank == 1 && loop.inner_stride(0) == 1 && loop.inner_stride(1) == 1)
+        return dot_contiguous(a + begin, b + begin, end - begin);
     const hn::ScalableTag<T> d;
     pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});
     HWY_ALIGN T ba[reduce_leaf];
     HWY_ALIGN T bb[reduce_leaf];
-    // Both operands dense along a 1-D loop (the common case): position p is element p of each.
-    const bool dense = loop.rank == 1 && loop.inner_stride(0) == 1 && loop.inner_stride(1) == 1;
     for (std::int64_t p = begin; p < end; p += reduce_leaf) {
         const std::int64_t m = std::min(reduce_leaf, end - p);
-        if (dense) {
-            stack.push(leaf_dot(d, a + p, b + p, m), 0);
-            continue;
-        }
         run_cursor<2> cursor(loop, p, p + m);
         std::int64_t off[2];
         std::int64_t n;
@@ -164,6 +174,14 @@ void ColumnsF64(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inner, 
                 std::int64_t begin, std::int64_t end) {
     columns_t(op, outer, inner, out, x, begin, end);
 }
+float ReduceDenseF32(reduce_op op, const float* x, std::int64_t n) {
+    return reduce_contiguous(hn::ScalableTag<float>(), op, x, n);
+}
+double ReduceDenseF64(reduce_op op, const double* x, std::int64_t n) {
+    return reduce_contiguous(hn::ScalableTag<double>(), op, x, n);
+}
+float DotDenseF32(const float* a, const float* b, std::int64_t n) { return dot_contiguous(a, b, n); }
+double DotDenseF64(const double* a, const double* b, std::int64_t n) { return dot_contiguous(a, b, n); }
 float DotF32(const nd_loop<2>& loop, const float* a, const float* b, std::int64_t begin, std::int64_t end) {
     return dot_t(loop, a, b, begin, end);
 }
@@ -185,6 +203,10 @@ HWY_EXPORT(ColumnsF32);
 HWY_EXPORT(ColumnsF64);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
+HWY_EXPORT(ReduceDenseF32);
+HWY_EXPORT(ReduceDenseF64);
+HWY_EXPORT(DotDenseF32);
+HWY_EXPORT(DotDenseF64);
 
 float reduce(reduce_op op, const nd_loop<1>& loop, const float* x, std::int64_t begin, std::int64_t end) {
     return HWY_DYNAMIC_DISPATCH(ReduceF32)(op, loop, x, begin, end);
@@ -207,6 +229,16 @@ void reduce_columns(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inn
 void reduce_columns(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inner, double* out, const double* x,
                     std::int64_t begin, std::int64_t end) {
     HWY_DYNAMIC_DISPATCH(ColumnsF64)(op, outer, inner, out, x, begin, end);
+}
+float reduce_dense(reduce_op op, const float* x, std::int64_t n) {
+    return HWY_DYNAMIC_DISPATCH(ReduceDenseF32)(op, x, n);
+}
+double reduce_dense(reduce_op op, const double* x, std::int64_t n) {
+    return HWY_DYNAMIC_DISPATCH(ReduceDenseF64)(op, x, n);
+}
+float dot_dense(const float* a, const float* b, std::int64_t n) { return HWY_DYNAMIC_DISPATCH(DotDenseF32)(a, b, n); }
+double dot_dense(const double* a, const double* b, std::int64_t n) {
+    return HWY_DYNAMIC_DISPATCH(DotDenseF64)(a, b, n);
 }
 float dot(const nd_loop<2>& loop, const float* a, const float* b, std::int64_t begin, std::int64_t end) {
     return HWY_DYNAMIC_DISPATCH(DotF32)(loop, a, b, begin, end);

@@ -65,6 +65,13 @@ inline T reduce_identity(reduce_op op) noexcept {
 float reduce(reduce_op op, const nd_loop<1>& loop, const float* x, std::int64_t begin, std::int64_t end);
 double reduce(reduce_op op, const nd_loop<1>& loop, const double* x, std::int64_t begin, std::int64_t end);
 
+/// The same over n >= 1 contiguous elements x[0..n): bitwise `reduce` over a
+/// dense one-axis loop of n positions from 0 (no loop to walk). A chunk of a
+/// longer array passes its own start and length (chunks start at multiples of
+/// `reduce_leaf`). The op layer's contiguous fast path calls these.
+float reduce_dense(reduce_op op, const float* x, std::int64_t n);
+double reduce_dense(reduce_op op, const double* x, std::int64_t n);
+
 /// For every position o in [begin, end) of `outer` (operands 0 = out, 1 = x):
 /// out[o] = reduce(op, inner, x + offset of o, 0, inner.size()).
 void reduce_each(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inner, float* out, const float* x,
@@ -83,5 +90,10 @@ void reduce_columns(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inn
 /// 1 = b), in the summation order above; `begin` a multiple of `reduce_leaf`.
 float dot(const nd_loop<2>& loop, const float* a, const float* b, std::int64_t begin, std::int64_t end);
 double dot(const nd_loop<2>& loop, const double* a, const double* b, std::int64_t begin, std::int64_t end);
+
+/// `dot` over n >= 1 contiguous elements of a and b, as reduce_dense is to
+/// reduce.
+float dot_dense(const float* a, const float* b, std::int64_t n);
+double dot_dense(const double* a, const double* b, std::int64_t n);
 
 }  // namespace tenferro::kernels

@@ -137,12 +137,13 @@ void run_reduce(cpu_session& s, reduce_op op, const const_tensor_view& x, const 
 // The contiguous fast path (op_support.hpp) of a reduction to one value: x
 // row-major dense with n >= 1 elements, every axis reduced (`axes` empty, or
 // the one axis of a rank-1 x), a rank-0 `out` of x's float dtype outside x.
-// The result is the general path's: one unit-stride run in chunks.
+// The result is the general path's, bit for bit: the kernels' dense entry
+// point over each chunk (chunks start at multiples of reduce_leaf).
 template <class T>
 void reduce_dense(cpu_session& s, reduce_op op, const T* x, std::int64_t n, T* out) {
-    const nd_loop<1> loop = dense_loop<1>(n);
-    *out = reduce_in_chunks<T>(
-        s, op, n, [&](std::int64_t begin, std::int64_t end) { return kernels::reduce(op, loop, x, begin, end); });
+    *out = reduce_in_chunks<T>(s, op, n, [&](std::int64_t begin, std::int64_t end) {
+        return kernels::reduce_dense(op, x + begin, end - begin);
+    });
 }
 
 bool reduce_dense_call(std::int64_t& n, const const_tensor_view& x, std::span<const std::int64_t> axes,
@@ -177,6 +178,14 @@ template <class T>
 T dot_t(cpu_session& s, const nd_loop<2>& loop, const T* a, const T* b) {
     return reduce_in_chunks<T>(s, reduce_op::sum, loop.size(), [&](std::int64_t begin, std::int64_t end) {
         return kernels::dot(loop, a, b, begin, end);
+    });
+}
+
+// dot_t over n >= 1 dense elements: the kernels' dense entry point per chunk.
+template <class T>
+T dot_dense(cpu_session& s, const T* a, const T* b, std::int64_t n) {
+    return reduce_in_chunks<T>(s, reduce_op::sum, n, [&](std::int64_t begin, std::int64_t end) {
+        return kernels::dot_dense(a + begin, b + begin, end - begin);
     });
 }
 
@@ -235,19 +244,18 @@ TENFERRO_REDUCE_OP(min)
 void cpu_session::vdot_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
     // The contiguous fast path (op_support.hpp): a and b dense, of one float
     // dtype and shape with n >= 1 elements, a rank-0 `out` of that dtype
-    // outside both; the general path's loop and chunks.
+    // outside both; the general path's chunks and order.
     std::int64_t n = 0;
     const dtype t = a.type();
     if (is_float(t) && b.type() == t && out.type() == t && out.rank() == 0 && dense_alike(n, a, b) && n != 0) {
         const std::int64_t item = t == dtype::f32 ? 4 : 8;
         if (disjoint(out.data(), item, a.data(), n * item) && disjoint(out.data(), item, b.data(), n * item)) {
-            const nd_loop<2> loop = dense_loop<2>(n);
             if (t == dtype::f32)
                 *static_cast<float*>(out.data()) =
-                    dot_t(*this, loop, static_cast<const float*>(a.data()), static_cast<const float*>(b.data()));
+                    dot_dense(*this, static_cast<const float*>(a.data()), static_cast<const float*>(b.data()), n);
             else
                 *static_cast<double*>(out.data()) =
-                    dot_t(*this, loop, static_cast<const double*>(a.data()), static_cast<const double*>(b.data()));
+                    dot_dense(*this, static_cast<const double*>(a.data()), static_cast<const double*>(b.data()), n);
             return;
         }
     }

@@ -3,7 +3,9 @@
 // Each op's `_into` form here is its one implementation; the allocating forms
 // at the end are backend_session's wrappers over them.
 
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cpu/ops/op_support.hpp"
@@ -132,19 +134,23 @@ void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out
 void cpu_session::copy_into(const const_tensor_view& src, const tensor_view& dst) {
     constexpr std::string_view op = "copy_into";
     // The contiguous fast path (op_support.hpp): src and dst of one dtype and
-    // shape, both dense, disjoint; the general path's one-axis copy.
+    // shape, both dense, disjoint: a memcpy of the bytes.
     std::int64_t n = 0;
     if (src.type() == dst.type() && dense_alike(n, dst, src)) {
         const auto bytes = n * static_cast<std::int64_t>(dst.itemsize());
         if (n == 0) return;
         if (disjoint(dst.data(), bytes, src.data(), bytes)) {
-            const auto loop = dense_loop<2>(n);
-            const std::size_t itemsize = dst.itemsize();
-            void* out = dst.data();
-            const void* in = src.data();
-            if (n < parallel_threshold) return kernels::copy(loop, itemsize, out, in, 0, n);
+            // One contiguous block of bytes: memcpy, as the kernel does for a
+            // unit-stride run, without the loop to build and walk.
+            auto* out = static_cast<std::byte*>(dst.data());
+            const auto* in = static_cast<const std::byte*>(src.data());
+            const auto item = static_cast<std::int64_t>(dst.itemsize());
+            if (n < parallel_threshold) {
+                std::memcpy(out, in, static_cast<std::size_t>(bytes));
+                return;
+            }
             for_range(*this, n, 1, [&](std::int64_t begin, std::int64_t end) {
-                kernels::copy(loop, itemsize, out, in, begin, end);
+                std::memcpy(out + begin * item, in + begin * item, static_cast<std::size_t>((end - begin) * item));
             });
             return;
         }
