@@ -91,11 +91,12 @@ HWY_INLINE void map1_partial(D d, const Op& op, T* out, const T* x, std::int64_t
 // out[i] = op(d, x[i]) for i < n, all unit-stride. Stream: non-temporal stores
 // for the vector-aligned body (the head before it goes through the padded path);
 // the caller fences (hwy::FlushStream) once it is done.
-// Not inlined, nor is map2_unit: these are the vector loops, and every run
-// shape (unit, broadcast, gathered, dense) of an op calls the same compiled
-// copy. Inlined, each call site was a copy of the loop per op, dtype and
-// target, which made elementwise.cpp the slowest file to compile by far; a
-// call per run costs a nanosecond or two.
+// Not inlined, nor is map2_unit: these are the vector loops, compiled once
+// per op, dtype, target, operand pattern (map2_unit's SA / SB) and stream
+// choice, and every caller with that pattern (a loop's unit-stride run, its
+// gathered blocks, the dense entry points) calls that one copy. Inlined, each
+// call site was a copy of the loop, which made elementwise.cpp the slowest
+// file to compile by far; a call per run costs a nanosecond or two.
 template <bool Stream = false, class D, class Op, class T = hn::TFromD<D>>
 HWY_NOINLINE void map1_unit(D d, const Op& op, T* out, const T* x, std::int64_t n) {
     const auto N = static_cast<std::int64_t>(hn::Lanes(d));

@@ -166,11 +166,14 @@ HWY_INLINE const T* leaf_data(const nd_loop<1>& loop, const T* x, std::int64_t p
     return buf;
 }
 
-// Reduces the n >= 1 contiguous elements p[0..n) in the order of reduce.hpp.
-// A single leaf is its own result (a one-entry stack returns it unchanged),
-// which is most calls on small arrays.
+// Reduces the contiguous elements p[0..n) in the order of reduce.hpp. A
+// single leaf is its own result (a one-entry stack returns it unchanged),
+// which is most calls on small arrays. n <= 0 reads nothing and gives the
+// identity, as an empty loop range does (max / min have none: callers reject
+// those first).
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE T reduce_contiguous(D d, reduce_op op, const T* p, std::int64_t n) {
+    if (n <= 0) return reduce_identity<T>(op);
     const auto leaf = [&](const T* q, std::int64_t m) HWY_ATTR {
         return op == reduce_op::sum ? leaf_sum(d, q, m) : leaf_other(d, op, q, m);
     };
@@ -199,7 +202,7 @@ HWY_INLINE T reduce_t(reduce_op op, const nd_loop<1>& loop, const T* x, std::int
 // The pairwise sum of p[0..n) (contiguous), in the order of reduce_t; 0 when n == 0.
 template <class D, class T = hn::TFromD<D>>
 HWY_INLINE T sum_contiguous(D d, const T* p, std::int64_t n) {
-    return n == 0 ? T(0) : reduce_contiguous(d, reduce_op::sum, p, n);
+    return reduce_contiguous(d, reduce_op::sum, p, n);
 }
 
 // The NaN-propagating maximum of p[0..n), n >= 1 (contiguous).

@@ -19,10 +19,12 @@ HWY_BEFORE_NAMESPACE();
 namespace tenferro::kernels::HWY_NAMESPACE {
 namespace {
 
-// The dot product of the n >= 1 contiguous elements of a and b, in the order
-// of reduce.hpp; a single leaf is its own result (see reduce_contiguous).
+// The dot product of the contiguous elements a[0..n), b[0..n), in the order
+// of reduce.hpp; a single leaf is its own result (see reduce_contiguous); 0
+// when n <= 0 (nothing read).
 template <class T>
 HWY_INLINE T dot_contiguous(const T* a, const T* b, std::int64_t n) {
+    if (n <= 0) return T(0);
     const hn::ScalableTag<T> d;
     if (n <= reduce_leaf) return leaf_dot(d, a, b, n);
     pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});

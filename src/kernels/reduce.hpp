@@ -65,8 +65,9 @@ inline T reduce_identity(reduce_op op) noexcept {
 float reduce(reduce_op op, const nd_loop<1>& loop, const float* x, std::int64_t begin, std::int64_t end);
 double reduce(reduce_op op, const nd_loop<1>& loop, const double* x, std::int64_t begin, std::int64_t end);
 
-/// The same over n >= 1 contiguous elements x[0..n): bitwise `reduce` over a
-/// dense one-axis loop of n positions from 0 (no loop to walk). A chunk of a
+/// The same over n contiguous elements x[0..n): bitwise `reduce` over a
+/// dense one-axis loop of n positions from 0 (no loop to walk). n <= 0 reads
+/// nothing and returns the identity (sum 0, prod 1; max / min have none). A chunk of a
 /// longer array passes its own start and length (chunks start at multiples of
 /// `reduce_leaf`). The op layer's contiguous fast path calls these.
 float reduce_dense(reduce_op op, const float* x, std::int64_t n);
@@ -91,8 +92,8 @@ void reduce_columns(reduce_op op, const nd_loop<2>& outer, const nd_loop<1>& inn
 float dot(const nd_loop<2>& loop, const float* a, const float* b, std::int64_t begin, std::int64_t end);
 double dot(const nd_loop<2>& loop, const double* a, const double* b, std::int64_t begin, std::int64_t end);
 
-/// `dot` over n >= 1 contiguous elements of a and b, as reduce_dense is to
-/// reduce.
+/// `dot` over n contiguous elements of a and b, as reduce_dense is to
+/// reduce (0 for n <= 0).
 float dot_dense(const float* a, const float* b, std::int64_t n);
 double dot_dense(const double* a, const double* b, std::int64_t n);
 

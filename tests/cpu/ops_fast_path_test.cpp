@@ -234,77 +234,129 @@ TEST_CASE("fast path: copy_into of every dtype", "[fast_path]") {
     }
 }
 
-TEST_CASE("fast path: reductions to one value and vdot_into", "[fast_path]") {
-    cpu_backend cpu(two_permits());
-    for (const dtype t : {dtype::f32, dtype::f64}) {
-        const double rel = t == dtype::f32 ? 1e-4 : 1e-12;
-        for (const shape_t& shape : shapes) {
-            const auto n = static_cast<std::size_t>(count_of(shape));
-            INFO(to_string(t) << " " << to_string(std::span<const std::int64_t>(shape)));
-            const std::vector<double> xv = rounded(t, random_values(n, 0.5, 1.5, 9));
-            const std::vector<double> yv = rounded(t, random_values(n, -1, 1, 10));
-            const tensor x = tensor_of(t, xv, shape), y = tensor_of(t, yv, shape);
-            const laid_out xs = lay_out(t, xv, shape, layout::strided), ys = lay_out(t, yv, shape, layout::strided);
-            std::vector<std::int64_t> every_axis(shape.size());
-            for (std::size_t d = 0; d < shape.size(); ++d) every_axis[d] = static_cast<std::int64_t>(d);
-            long double sum = 0, prod = 1, dot = 0;
-            double mx = -INFINITY, mn = INFINITY;
-            for (std::size_t i = 0; i < n; ++i) {
-                sum += xv[i];
-                prod *= xv[i];
-                dot += static_cast<long double>(xv[i]) * yv[i];
-                mx = std::max(mx, xv[i]);
-                mn = std::min(mn, xv[i]);
-            }
-            struct reduction {
-                void (backend_session::*into)(const const_tensor_view&, std::span<const std::int64_t>,
-                                              const tensor_view&);
-                double want;
-                double rel;
-            };
-            const reduction reductions[] = {
-                {&backend_session::reduce_sum_into, static_cast<double>(sum), rel},
-                {&backend_session::reduce_prod_into, static_cast<double>(prod), n > 1000 ? 1.0 : rel},  // may overflow
-                {&backend_session::reduce_max_into, mx, 0},
-                {&backend_session::reduce_min_into, mn, 0},
-            };
-            for (const reduction& r : reductions) {
-                tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {}), strided = tensor::zeros(t, {});
-                in_session(cpu, 2, [&](backend_session& s) {
-                    (s.*r.into)(x, std::span<const std::int64_t>{}, fast.view());  // fast: every axis
-                    (s.*r.into)(x, every_axis, general.view());  // general (rank != 1) or fast (rank 1): same order
-                    (s.*r.into)(xs.view, std::span<const std::int64_t>{}, strided.view());  // general
-                });
-                CHECK(bitwise_equal(fast, general));
-                // The strided x is gathered leaf by leaf in the same position
-                // order (positive strides): the documented order makes it the
-                // dense result bit for bit.
-                CHECK(bitwise_equal(fast, strided));
-                if (r.rel == 0) {
-                    CHECK(values_of(fast)[0] == r.want);
-                    CHECK(values_of(strided)[0] == r.want);
-                } else if (r.rel < 1.0) {
-                    CHECK(close(values_of(fast), {r.want}, r.rel));
-                    CHECK(close(values_of(strided), {r.want}, r.rel));
-                }
-            }
-            if (shape.size() == 1) {  // axes {-1} of a rank-1 x: the fast path too
-                tensor a = tensor::zeros(t, {}), b = tensor::zeros(t, {});
-                in_session(cpu, 1, [&](backend_session& s) {
-                    s.reduce_sum_into(x, {-1}, a.view());
-                    s.reduce_sum_into(x, {}, b.view());
-                });
-                CHECK(bitwise_equal(a, b));
-            }
-            tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {});
-            in_session(cpu, 2, [&](backend_session& s) {
-                s.vdot_into(x, y, fast.view());
-                s.vdot_into(xs.view, ys.view, general.view());
-            });
-            CHECK(close(values_of(fast), {static_cast<double>(dot)}, rel * 10));
-            CHECK(bitwise_equal(fast, general));  // the same order, as for the reductions
+namespace {
+
+// One dtype and shape of the test below: every reduction to one value and
+// vdot, the fast path against the general path (all axes listed) and a strided
+// copy of the operand, which the general path gathers leaf by leaf in the same
+// position order, so the documented order makes all three equal bit for bit.
+void reductions_case(cpu_backend& cpu, const std::string& target, dtype t, const shape_t& shape) {
+    const double rel = t == dtype::f32 ? 1e-4 : 1e-12;
+    const auto n = static_cast<std::size_t>(count_of(shape));
+    INFO(target << " " << to_string(t) << " " << to_string(std::span<const std::int64_t>(shape)));
+    const std::vector<double> xv = rounded(t, random_values(n, 0.5, 1.5, 9));
+    const std::vector<double> yv = rounded(t, random_values(n, -1, 1, 10));
+    const tensor x = tensor_of(t, xv, shape), y = tensor_of(t, yv, shape);
+    const laid_out xs = lay_out(t, xv, shape, layout::strided), ys = lay_out(t, yv, shape, layout::strided);
+    std::vector<std::int64_t> every_axis(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) every_axis[d] = static_cast<std::int64_t>(d);
+    long double sum = 0, prod = 1, dot = 0;
+    double mx = -INFINITY, mn = INFINITY;
+    for (std::size_t i = 0; i < n; ++i) {
+        sum += xv[i];
+        prod *= xv[i];
+        dot += static_cast<long double>(xv[i]) * yv[i];
+        mx = std::max(mx, xv[i]);
+        mn = std::min(mn, xv[i]);
+    }
+    struct reduction {
+        void (backend_session::*into)(const const_tensor_view&, std::span<const std::int64_t>, const tensor_view&);
+        double want;
+        double rel;
+    };
+    const reduction reductions[] = {
+        {&backend_session::reduce_sum_into, static_cast<double>(sum), rel},
+        {&backend_session::reduce_prod_into, static_cast<double>(prod), n > 1000 ? 1.0 : rel},  // may overflow
+        {&backend_session::reduce_max_into, mx, 0},
+        {&backend_session::reduce_min_into, mn, 0},
+    };
+    for (const reduction& r : reductions) {
+        tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {}), strided = tensor::zeros(t, {});
+        in_session(cpu, 2, [&](backend_session& s) {
+            (s.*r.into)(x, std::span<const std::int64_t>{}, fast.view());  // fast: every axis
+            (s.*r.into)(x, every_axis, general.view());  // general (rank != 1) or fast (rank 1): same order
+            (s.*r.into)(xs.view, std::span<const std::int64_t>{}, strided.view());  // general
+        });
+        CHECK(bitwise_equal(fast, general));
+        // The strided x is gathered leaf by leaf in the same position
+        // order (positive strides): the documented order makes it the
+        // dense result bit for bit.
+        CHECK(bitwise_equal(fast, strided));
+        if (r.rel == 0) {
+            CHECK(values_of(fast)[0] == r.want);
+            CHECK(values_of(strided)[0] == r.want);
+        } else if (r.rel < 1.0) {
+            CHECK(close(values_of(fast), {r.want}, r.rel));
+            CHECK(close(values_of(strided), {r.want}, r.rel));
         }
     }
+    if (shape.size() == 1) {  // axes {-1} of a rank-1 x: the fast path too
+        tensor a = tensor::zeros(t, {}), b = tensor::zeros(t, {});
+        in_session(cpu, 1, [&](backend_session& s) {
+            s.reduce_sum_into(x, {-1}, a.view());
+            s.reduce_sum_into(x, {}, b.view());
+        });
+        CHECK(bitwise_equal(a, b));
+    }
+    tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {});
+    in_session(cpu, 2, [&](backend_session& s) {
+        s.vdot_into(x, y, fast.view());
+        s.vdot_into(xs.view, ys.view, general.view());
+    });
+    CHECK(close(values_of(fast), {static_cast<double>(dot)}, rel * 10));
+    CHECK(bitwise_equal(fast, general));  // the same order, as for the reductions
+}
+
+// The same three ways with a NaN and a -0.0 among the values: sum, max and
+// min must give NaN, and every way the same bits.
+void special_values_case(cpu_backend& cpu, const std::string& target, dtype t, const shape_t& shape) {
+    const auto n = static_cast<std::size_t>(count_of(shape));
+    INFO(target << " " << to_string(t) << " " << to_string(std::span<const std::int64_t>(shape)) << " with NaN");
+    std::vector<double> xv = rounded(t, random_values(n, -1.5, 1.5, 11));
+    xv[0] = -0.0;
+    xv[n / 2] = std::nan("");
+    const tensor x = tensor_of(t, xv, shape);
+    const laid_out xs = lay_out(t, xv, shape, layout::strided);
+    std::vector<std::int64_t> every_axis(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) every_axis[d] = static_cast<std::int64_t>(d);
+    using into_fn =
+        void (backend_session::*)(const const_tensor_view&, std::span<const std::int64_t>, const tensor_view&);
+    const into_fn reductions[] = {&backend_session::reduce_sum_into, &backend_session::reduce_prod_into,
+                                  &backend_session::reduce_max_into, &backend_session::reduce_min_into};
+    for (const into_fn into : reductions) {
+        tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {}), strided = tensor::zeros(t, {});
+        in_session(cpu, 2, [&](backend_session& s) {
+            (s.*into)(x, std::span<const std::int64_t>{}, fast.view());
+            (s.*into)(x, every_axis, general.view());
+            (s.*into)(xs.view, std::span<const std::int64_t>{}, strided.view());
+        });
+        CHECK(std::isnan(values_of(fast)[0]));
+        CHECK(bitwise_equal(fast, general));
+        CHECK(bitwise_equal(fast, strided));
+    }
+    tensor fast = tensor::zeros(t, {}), general = tensor::zeros(t, {});
+    in_session(cpu, 2, [&](backend_session& s) {
+        s.vdot_into(x, x, fast.view());
+        s.vdot_into(xs.view, xs.view, general.view());
+    });
+    CHECK(std::isnan(values_of(fast)[0]));
+    CHECK(bitwise_equal(fast, general));
+}
+
+}  // namespace
+
+TEST_CASE("fast path: reductions to one value and vdot_into", "[fast_path]") {
+    // On every Highway target: the dense entry points and the general path's
+    // gathered leaves are separate code on each.
+    cpu_backend cpu(two_permits());
+    for_each_target([&](const std::string& target) {
+        for (const dtype t : {dtype::f32, dtype::f64}) {
+            for (const shape_t& shape : shapes) {
+                reductions_case(cpu, target, t, shape);
+                special_values_case(cpu, target, t, shape);
+            }
+        }
+    });
 }
 
 TEST_CASE("fast path: dense but invalid calls throw the general path's errors", "[fast_path]") {

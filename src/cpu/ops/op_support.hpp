@@ -83,10 +83,10 @@ void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
 //
 // An `_into` call whose operands and output all have one shape, are row-major
 // dense and do not overlap passes every check by construction; it skips the
-// general validation and loop planning and hands the kernel a one-axis loop
-// (the loop make_loop builds for such operands, so results are bitwise those
-// of the general path). Anything else, including every invalid call, takes the
-// general path, which throws the same errors as before.
+// general validation and loop planning and calls the kernels' dense entry
+// points (pointers and a count; copy_into a memcpy), whose results are bitwise
+// those of the general path over the one-axis loop make_loop would build. Anything else, including every invalid call,
+// takes the general path, which throws the same errors as before.
 
 /// Whether `first` and every view of `rest` have one shape and are row-major
 /// dense (C-contiguous; strides of extent-1 axes ignored). Sets `n` to the
@@ -117,15 +117,6 @@ inline bool disjoint(const void* p, std::int64_t p_bytes, const void* q, std::in
 
 /// `f32` or `f64`.
 inline bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f64; }
-
-/// The loop make_loop builds for K dense operands of n >= 1 elements.
-template <int K>
-nd_loop<K> dense_loop(std::int64_t n) noexcept {
-    nd_loop<K> loop;
-    loop.shape[0] = n;
-    for (int k = 0; k < K; ++k) loop.strides[k][0] = 1;
-    return loop;
-}
 
 /// The element count of a shape (1 for rank 0).
 std::int64_t element_count(std::span<const std::int64_t> shape) noexcept;
