@@ -50,8 +50,9 @@ void axpby(const nd_loop<3>& loop, double alpha, const double* x, double beta, c
 /// forms compute for a one-axis dense loop over the same elements. `total` is
 /// the element count of the whole op this call is a chunk of (`n` when it is
 /// the whole op): the streaming choice is made on it, as the loop forms make it
-/// on their loop. `n` may be 0 (nothing is read or written). The op layer's contiguous fast path calls these: for a
-/// small op the loop planning and walking was most of the call (docs/kernels.md).
+/// on their loop. `n` may be 0 (nothing is read or written). The op layer's
+/// contiguous fast path calls these: for a small op the loop planning and
+/// walking was most of the call (docs/kernels.md).
 void binary_dense(binary_op op, float* out, const float* a, const float* b, std::int64_t n, std::int64_t total);
 void binary_dense(binary_op op, double* out, const double* a, const double* b, std::int64_t n, std::int64_t total);
 void unary_dense(unary_op op, float* out, const float* x, std::int64_t n, std::int64_t total);

@@ -19,18 +19,15 @@ HWY_BEFORE_NAMESPACE();
 namespace tenferro::kernels::HWY_NAMESPACE {
 namespace {
 
-// The dot product of the contiguous elements a[0..n), b[0..n), in the order
-// of reduce.hpp; a single leaf is its own result (see reduce_contiguous); 0
-// when n <= 0 (nothing read).
+// The dot product of the contiguous elements a[0..n), b[0..n) (over_leaves:
+// the order of reduce.hpp; 0 when n <= 0, nothing read).
 template <class T>
 HWY_INLINE T dot_contiguous(const T* a, const T* b, std::int64_t n) {
-    if (n <= 0) return T(0);
     const hn::ScalableTag<T> d;
-    if (n <= reduce_leaf) return leaf_dot(d, a, b, n);
-    pairwise_stack<T, scalar_combine<T>> stack(scalar_combine<T>{reduce_op::sum});
-    for (std::int64_t p = 0; p < n; p += reduce_leaf)
-        stack.push(leaf_dot(d, a + p, b + p, std::min(reduce_leaf, n - p)), 0);
-    return stack.finish(T(0));
+    return over_leaves(
+        reduce_op::sum, T(0), n, [&](std::int64_t i, std::int64_t m) HWY_ATTR __attribute__((always_inline)) {
+            return leaf_dot(d, a + i, b + i, m);
+        });
 }
 
 template <class T>

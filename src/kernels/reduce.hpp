@@ -67,9 +67,10 @@ double reduce(reduce_op op, const nd_loop<1>& loop, const double* x, std::int64_
 
 /// The same over n contiguous elements x[0..n): bitwise `reduce` over a
 /// dense one-axis loop of n positions from 0 (no loop to walk). n <= 0 reads
-/// nothing and returns the identity (sum 0, prod 1; max / min have none). A chunk of a
-/// longer array passes its own start and length (chunks start at multiples of
-/// `reduce_leaf`). The op layer's contiguous fast path calls these.
+/// nothing and returns the identity (sum 0, prod 1; max / min have none). A
+/// chunk of a longer array passes its own start and length (chunks start at
+/// multiples of `reduce_leaf`). The op layer's contiguous fast path calls
+/// these.
 float reduce_dense(reduce_op op, const float* x, std::int64_t n);
 double reduce_dense(reduce_op op, const double* x, std::int64_t n);
 

@@ -69,8 +69,8 @@ void check_binary(std::int64_t n, std::int64_t oo, std::int64_t ao) {
     for (const bool stream : {true, false}) {
         const threshold_guard guard(stream ? 1 : std::numeric_limits<std::size_t>::max());
         // which: 0-2 the loop forms (add, maximum, axpby), 3-5 the same ops through the dense entry
-        // points, 6 a dense add in three chunks of one op (offsets and heads that are not the op's; for n < 5 a chunk
-        // is empty).
+        // points, 6 a dense add in three chunks of one op (offsets and heads that are not the op's;
+        // for n < 5 a chunk is empty).
         for (int which = 0; which < 7; ++which) {
             std::fill(std::begin(out_buf), std::end(out_buf), canary);
             float* out = out_buf + 1 + oo;  // out_buf[0] is the canary before

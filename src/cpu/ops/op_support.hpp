@@ -85,8 +85,9 @@ void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
 // dense and do not overlap passes every check by construction; it skips the
 // general validation and loop planning and calls the kernels' dense entry
 // points (pointers and a count; copy_into a memcpy), whose results are bitwise
-// those of the general path over the one-axis loop make_loop would build. Anything else, including every invalid call,
-// takes the general path, which throws the same errors as before.
+// those of the general path over the one-axis loop make_loop would build.
+// Anything else, including every invalid call, takes the general path, which
+// throws the same errors as before.
 
 /// Whether `first` and every view of `rest` have one shape and are row-major
 /// dense (C-contiguous; strides of extent-1 axes ignored). Sets `n` to the
