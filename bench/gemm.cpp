@@ -21,6 +21,8 @@
 //   --shapes MxNxK,...    rectangular (skinny / GEMV-like) shapes, 1 thread, GFLOP/s vs cblas
 //   --cpu-clock           1-thread figures from process CPU time instead of wall time (a loaded
 //                         machine: time spent waiting for a core is not counted)
+//   --target NAME         force our dispatch to that Highway target (AVX3, AVX2, SSE4, ...): with
+//                         OPENBLAS_CORETYPE=Haswell both run their AVX2 kernels on an AVX-512 machine
 
 #include <cblas.h>
 #include <time.h>
@@ -41,6 +43,7 @@
 #include <Eigen/Core>
 #include <asio/use_future.hpp>
 
+#include "hwy_target_select.hpp"
 #include "kernels/gemm.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/tenferro.hpp"
@@ -58,6 +61,7 @@ struct options {
     double min_ms = 150;
     bool json = false;
     bool cpu_clock = false;
+    std::string target;  // Highway target to force ("" = dispatch's own choice)
     std::vector<std::int64_t> small_sizes{8, 16, 32, 64};
     std::vector<std::int64_t> session_sizes{8, 16, 32, 64};
     std::vector<std::string> shapes{"1x1024x1024",  "1x4096x4096", "1x5000x128",  "16x1024x1024",
@@ -112,6 +116,8 @@ options parse(int argc, char** argv) {
             o.cpu_clock = true;
         } else if (a == "--json") {
             o.json = true;
+        } else if (a == "--target") {
+            o.target = value();
         } else {
             std::fprintf(stderr, "unknown flag %s\n", a.c_str());
             std::exit(2);
@@ -394,6 +400,12 @@ void bench_session(const char* type, std::int64_t n, const options& o, tenferro:
 
 int main(int argc, char** argv) {
     const options o = parse(argc, argv);
+    // Before any plan: a plan is tied to the target dispatched when it was made.
+    if (!o.target.empty() && !tenferro::bench::force_highway_target(o.target.c_str())) {
+        std::fprintf(stderr, "--target %s: not a Highway target compiled in and supported here\n", o.target.c_str());
+        return 2;
+    }
+    std::printf("# highway target: %s\n", tenferro::bench::dispatched_highway_target());
     // L1d 48 KiB / L2 1 MiB / L3 32 MiB (the numbers; any sane values avoid the collapse
     // that the VM's CPUID-reported 508 MiB L3 causes).
     Eigen::setCpuCacheSizes(48 * 1024, 1024 * 1024, 32 * 1024 * 1024);

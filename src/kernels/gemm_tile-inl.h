@@ -58,21 +58,28 @@ constexpr std::size_t nr_cols() {
 // Cache blocks (docs/gemm.md). Fixed numbers, not CPUID's (which reports the whole socket's L3 in
 // these VMs), sized for the smallest caches of the x86 cores this runs on: L1d 32-48 KiB, L2
 // 512 KiB (Zen 2/3) to 2 MiB (Sapphire Rapids).
-//  * kc: the B micro-panel kc x nr stays in L1 while A micro-panels stream past it: 16 KiB on
-//    16-register targets (AVX2: kc = 256), 24 KiB with 32 registers (AVX-512, nr = 32 floats:
-//    kc = 192).
-//  * mc: the packed A block mc x kc stays in L2: ~192 KiB (AVX2 f32: 192 rows, f64: 96), a
-//    multiple of mr. Measured on Zen 3 (512 KiB L2): 126..378 rows are within noise of each other,
-//    less than ~100 KiB loses a few per cent (the B panel is re-read from L3 per A block).
+//  * kc: each K slice reads and writes the whole C block once more, so kc sets how many bytes of C
+//    move per FMA: 8 bytes per C element (read, write) over kc FMAs. 16-register targets keep
+//    the B micro-panel kc x nr in L1 (16 KiB: AVX2 kc = 256; measured on Zen 3). The 32-register
+//    targets run twice the FMA lanes per cycle (AVX-512), so they take twice the depth, kc = 512,
+//    for the same C traffic per cycle; their B micro-panel (64 KiB) then streams from L2 in
+//    order, 128 bytes per 14-row step, which the prefetchers follow. Measured on a Xeon
+//    (AVX-512, 48 KiB L1d): kc = 192 with the panel in L1 ran n = 2048 at 0.67-0.77x OpenBLAS,
+//    kc = 512 at 0.90-0.97x; n = 256..1024 no slower.
+//  * mc: the packed A block mc x kc stays in L2: ~192 KiB on 16-register targets (AVX2 f32: 192
+//    rows, f64: 96), ~256 KiB with 32 registers (f32: 126 rows, f64: 56), a multiple of mr.
+//    Measured on Zen 3 (512 KiB L2): 126..378 rows are within noise of each other, less than
+//    ~100 KiB loses a few per cent (the B panel is re-read from L3 per A block).
 //  * nc: the packed B panel kc x nc, ~2 MiB, in L3.
 template <class T>
 gd::blocking target_blocking() {
     constexpr std::int32_t mr = static_cast<std::int32_t>(mr_rows);
     constexpr std::int32_t nr = static_cast<std::int32_t>(nr_cols<T>());
-    constexpr std::int32_t l1_budget = regs32 ? 24576 : 16384;
-    constexpr std::int32_t kc_raw = static_cast<std::int32_t>(l1_budget / (nr * sizeof(T)));
+    constexpr std::int32_t b_panel_bytes = regs32 ? 65536 : 16384;
+    constexpr std::int32_t a_block_bytes = regs32 ? 262144 : 196608;
+    constexpr std::int32_t kc_raw = static_cast<std::int32_t>(b_panel_bytes / (nr * sizeof(T)));
     constexpr std::int32_t kc = kc_raw < 64 ? 64 : (kc_raw > 512 ? 512 : kc_raw);
-    constexpr std::int32_t mc_raw = static_cast<std::int32_t>(196608 / (kc * sizeof(T)));
+    constexpr std::int32_t mc_raw = static_cast<std::int32_t>(a_block_bytes / (kc * sizeof(T)));
     constexpr std::int32_t mc = (mc_raw / mr < 1 ? 1 : mc_raw / mr) * mr;
     constexpr std::int32_t nc_raw = static_cast<std::int32_t>((2 << 20) / (kc * sizeof(T)));
     constexpr std::int32_t nc = (nc_raw / nr < 1 ? 1 : nc_raw / nr) * nr;
