@@ -1,5 +1,6 @@
 #include "tenferro/detail/compute_pool.hpp"
 
+#include "admission/cpu_relax.hpp"
 #include "admission/fast_tls.hpp"
 
 #include <pthread.h>
@@ -20,15 +21,6 @@
 #include <asio/detail/call_stack.hpp>
 #include <asio/detail/thread_context.hpp>
 #include <asio/detail/thread_info_base.hpp>
-#endif
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TENFERRO_CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define TENFERRO_CPU_RELAX() asm volatile("yield")
-#else
-#define TENFERRO_CPU_RELAX() ((void)0)
 #endif
 
 namespace tenferro::detail {
@@ -199,7 +191,7 @@ void compute_pool::worker_main(std::size_t index) {
             const auto deadline = std::chrono::steady_clock::now() + spin_budget;
             unsigned round = 0;
             while (queued_hint_.load(std::memory_order_acquire) == 0) {
-                TENFERRO_CPU_RELAX();
+                cpu_relax();
                 if ((++round & 63) == 0) {
                     if (std::chrono::steady_clock::now() >= deadline) break;
                     // The thread we just woke (the caller's I/O thread) is often

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "admission/cpu_relax.hpp"
 #include "admission/fast_tls.hpp"
 
 namespace tenferro::detail {
@@ -12,14 +13,6 @@ namespace {
 // The gate whose hand-off is inside post/dispatch on this thread right now. A
 // function that passes this gate while it is current runs inline in that call.
 TENFERRO_FAST_TLS thread_local handoff_gate* posting_gate = nullptr;
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
 
 }  // namespace
 

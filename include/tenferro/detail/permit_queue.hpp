@@ -15,7 +15,9 @@
 //    under it; a lock-free fast path was measured and did not pay on the
 //    workloads in bench/admission (the executor hops dominate). What did pay
 //    is taking the lock fewer times: an entry admitted at once that may start
-//    inline learns so in acquire's own critical section (granted_inline).
+//    inline learns so in acquire's own critical section (granted_inline), and
+//    not sleeping for it: the mutex polls briefly before it sleeps
+//    (brief_mutex), since its holder is most likely about to leave.
 //
 // No Asio here: the queue is tested step by step in tests/admission/permit_queue_test.cpp.
 
@@ -24,6 +26,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+
+#include "tenferro/detail/brief_mutex.hpp"
 
 namespace tenferro::detail {
 
@@ -241,8 +245,8 @@ private:
     permit_waiter* claim_handoffs_locked() noexcept;
     waiter_list drain_locked();
 
-    mutable std::mutex mutex_;
-    std::condition_variable idle_cv_;  // signalled when the last permit comes back
+    mutable brief_mutex mutex_;
+    std::condition_variable_any idle_cv_;  // signalled when the last permit comes back
     bool idle_waited_ = false;         // someone sits in wait_until_idle
     waiter_list waiters_;
     const std::size_t permits_;
