@@ -43,6 +43,7 @@
 #include <boost/asio/execution/execute.hpp>
 #include <boost/asio/execution/relationship.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
@@ -104,6 +105,7 @@ void asio_execute(const Executor& ex, F&& f) {
 #include <asio/execution/execute.hpp>
 #include <asio/execution/relationship.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/io_context.hpp>
 #include <asio/is_executor.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>

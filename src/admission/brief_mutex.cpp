@@ -1,4 +1,4 @@
-// The contended path of include/tenferro/detail/brief_mutex.hpp.
+// The contended paths of include/tenferro/detail/brief_mutex.hpp.
 
 #include "tenferro/detail/brief_mutex.hpp"
 
@@ -15,15 +15,20 @@ constexpr unsigned poll_rounds = 32;
 }  // namespace
 
 void brief_mutex::lock_contended() noexcept {
+    // Poll with plain loads, so that pollers share the lock's cache line
+    // instead of taking it from each other with failed compare-exchanges.
     for (unsigned round = 0; round < poll_rounds; ++round) {
         cpu_relax();
-        if (!held_.load(std::memory_order_relaxed) && mutex_.try_lock()) {
-            held_.store(true, std::memory_order_relaxed);
-            return;
-        }
+        if (state_.load(std::memory_order_relaxed) == free && try_lock()) return;
     }
-    mutex_.lock();
-    held_.store(true, std::memory_order_relaxed);
+    // Sleep. Whoever takes the lock from here on marks it as possibly having
+    // sleepers, so its unlock wakes one (at worst one wake too many, when the
+    // last sleeper was this thread). The exchange that returns `free` has
+    // taken the lock.
+    while (state_.exchange(held_with_sleepers, std::memory_order_acquire) != free)
+        state_.wait(held_with_sleepers, std::memory_order_relaxed);
 }
+
+void brief_mutex::wake_one() noexcept { state_.notify_one(); }
 
 }  // namespace tenferro::detail
