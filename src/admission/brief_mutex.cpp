@@ -21,7 +21,8 @@ void brief_mutex::lock_contended() noexcept {
         cpu_relax();
         if (state_.load(std::memory_order_relaxed) == free && try_lock()) return;
     }
-    // Sleep. Whoever takes the lock from here on marks it as possibly having
+    // Sleep (libstdc++'s wait itself spins a dozen pauses and yields a few
+    // times before the futex). Whoever takes the lock from here on marks it as possibly having
     // sleepers, so its unlock wakes one (at worst one wake too many, when the
     // last sleeper was this thread). The exchange that returns `free` has
     // taken the lock.

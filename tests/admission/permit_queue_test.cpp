@@ -285,7 +285,7 @@ TEST_CASE("brief_mutex: try_lock fails while it is held, and a waiter that outla
     CHECK_FALSE(m.try_lock());
     std::atomic<bool> got{false};
     std::thread t([&] {
-        m.lock();  // held for ~20 ms: polls, then sleeps in the std::mutex
+        m.lock();  // held for ~20 ms: polls, then sleeps on the lock word
         got.store(true);
         m.unlock();
     });

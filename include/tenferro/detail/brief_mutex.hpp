@@ -33,6 +33,9 @@ public:
         std::uint32_t expected = free;
         return state_.compare_exchange_strong(expected, held, std::memory_order_acquire, std::memory_order_relaxed);
     }
+    // The wake comes after the release, as in glibc's own mutex: it only
+    // names the word's address to the kernel (a futex wake), never reads it,
+    // so a mutex destroyed by its next owner in between is not touched.
     void unlock() noexcept {
         if (state_.exchange(free, std::memory_order_release) == held_with_sleepers) wake_one();
     }

@@ -118,7 +118,10 @@ void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_di
 /// blocking and relationship properties and the post are done on its concrete
 /// type, where they are compiled in; through the type erasure each property
 /// builds another any_io_executor (~200 instructions per hop, 8 % of a
-/// caller-placed round trip). The same executor, so the same semantics.
+/// caller-placed round trip). The same executor, so the same semantics (one
+/// nuance: a dispatch on the concrete type would use the function's associated
+/// allocator, which the type-erased one ignores; the library's hand-off
+/// functions have none).
 template <class Executor, class Function>
 void hand_off_untracked(const Executor& tracked, handoff_gate& gate, Function&& fn, bool may_dispatch) {
     const handoff_scope scope(gate);
