@@ -53,7 +53,8 @@ static_assert(static_cast<int>(session_entry_errc::reentered) == 1 &&
                   static_cast<int>(session_entry_errc::cancelled) <= 255,
               "entry_base keeps the code in a byte, 0 meaning none");
 
-void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
+session_entry_error entry_base::make_error(std::string_view host, session_entry_errc code,
+                                           std::string detail) noexcept {
     const int raw = static_cast<int>(code);
     if (raw < static_cast<int>(session_entry_errc::reentered) ||
         raw > static_cast<int>(session_entry_errc::cancelled)) {
@@ -68,9 +69,44 @@ void entry_base::set_error(session_entry_errc code, std::string detail) noexcept
         }
         code = session_entry_errc::executor;
     }
-    session_entry_error error(code, core_->name(), std::move(detail));  // never throws
+    return session_entry_error(code, host, std::move(detail));  // never throws
+}
+
+session_entry_error entry_base::backend_rejection(std::string_view host, const session_entry_error& error) noexcept {
+    try {
+        return make_error(host, error.code(), std::string(error.detail()));
+    } catch (...) {
+        return make_error(host, error.code(), {});  // out of memory for the detail
+    }
+}
+
+session_entry_error entry_base::open_threw_error(std::string_view host) noexcept {
+    std::string detail = "the backend's open_session threw";
+    try {
+        throw;
+    } catch (const std::exception& e) {
+        try {
+            detail += ": ";
+            detail += e.what();
+        } catch (...) {
+        }
+    } catch (...) {
+    }
+    return make_error(host, session_entry_errc::executor, std::move(detail));
+}
+
+session_entry_error entry_base::body_threw_error(std::string_view host) noexcept {
+    return session_entry_error(session_entry_errc::executor, host,
+                               "no value: the session body threw an exception (delivered as the first argument)");
+}
+
+void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
+    adopt_error(make_error(core_->name(), code, std::move(detail)));
+}
+
+void entry_base::adopt_error(session_entry_error error) noexcept {
     discard_error();
-    error_code_ = static_cast<unsigned char>(code);
+    error_code_ = static_cast<unsigned char>(error.code());
     error_texts_ = std::exchange(error.texts_, nullptr);
 }
 
@@ -289,28 +325,13 @@ void entry_base::drop() noexcept {
 }
 
 void entry_base::opened_rejected(const session_entry_error& error) noexcept {
-    try {
-        set_error(error.code(), std::string(error.detail()));
-    } catch (...) {
-        set_error(error.code(), {});
-    }
+    adopt_error(backend_rejection(core_->name(), error));
     core_->queue().note_rejected();
     body_finished();
 }
 
 void entry_base::open_threw() noexcept {
-    std::string detail = "the backend's open_session threw";
-    try {
-        throw;
-    } catch (const std::exception& e) {
-        try {
-            detail += ": ";
-            detail += e.what();
-        } catch (...) {
-        }
-    } catch (...) {
-    }
-    set_error(session_entry_errc::executor, std::move(detail));
+    adopt_error(open_threw_error(core_->name()));
     core_->queue().note_rejected();
     body_finished();
 }

@@ -42,6 +42,19 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
     return acquire_outcome::queued;
 }
 
+bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
+    std::lock_guard lock(mutex_);
+    // acquire()'s conditions for granted_inline, in one test: not poisoned or
+    // shut down, nobody queued (no barging), enough permits, and nothing
+    // granted earlier unstarted or waiting for its hand-off.
+    if (poisoned_.load(std::memory_order_relaxed) || shut_down_.load(std::memory_order_relaxed) || !waiters_.empty() ||
+        w.permits_ > available_ || handoff_head_ != nullptr || unstarted_.load(std::memory_order_relaxed) != 0)
+        return false;
+    available_ -= w.permits_;
+    grant_locked(w, /*ready=*/false, /*listed=*/false);
+    return true;
+}
+
 void permit_queue::grant_locked(permit_waiter& w, bool ready, bool listed) noexcept {
     w.state_ = permit_waiter::state::granted;
     ++admitted_;

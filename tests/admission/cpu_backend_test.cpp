@@ -896,6 +896,33 @@ TEST_CASE("shutdown: queued and new entries complete with executor; the running 
     TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
+TEST_CASE("shutdown with every permit free: an entry that would start inline completes with executor") {
+    // The caller-placed entry below would be admitted at once and run inline
+    // in its initiation (the inline fast path); after shutdown() it must not.
+    asio::io_context io;
+    test_host cpu({.permits = 2});
+    cpu.shutdown();
+    bool ran = false;
+    std::optional<session_result<int>> late;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        late = co_await cpu.with_backend_session(caller_placed, [&](test_session&) {
+            ran = true;
+            return 3;
+        });
+    });
+    io.run();
+    REQUIRE(late.has_value());
+    REQUIRE_FALSE(late->has_value());
+    CHECK(late->error() == session_entry_errc::executor);
+    CHECK(late->error().detail() == "the host was shut down");
+    CHECK_FALSE(ran);
+    const admission_stats st = cpu.stats();
+    CHECK(st.available == 2);
+    CHECK(st.admitted == 0);
+    CHECK(st.rejected == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 0);
+}
+
 TEST_CASE("A compute executor that drops work completes the entry with executor, leaking nothing") {
     asio::io_context io;
     test_host cpu({.permits = 1});

@@ -32,7 +32,9 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include "tenferro/asio.hpp"
@@ -119,9 +121,21 @@ protected:
 
     const std::shared_ptr<host_core>& core() const noexcept { return core_; }
 
+    /// An admission failure of host `host`, its code checked: a code outside
+    /// the enumeration (only a backend's open_session can bring one) becomes
+    /// `executor`, and the detail says so.
+    static session_entry_error make_error(std::string_view host, session_entry_errc code, std::string detail) noexcept;
+    /// The failure that a backend's rejection from open_session stands for.
+    static session_entry_error backend_rejection(std::string_view host, const session_entry_error& error) noexcept;
+    /// Called inside a catch block: the failure for what open_session threw.
+    static session_entry_error open_threw_error(std::string_view host) noexcept;
+    /// The second argument of a completion whose body threw (it carries no value).
+    static session_entry_error body_threw_error(std::string_view host) noexcept;
+
     /// Records an admission failure, decided now (built here: two words, so
     /// that completing needs no host).
     void set_error(session_entry_errc code, std::string detail) noexcept;
+    void adopt_error(session_entry_error error) noexcept;
     bool has_error() const noexcept { return error_code_ != 0; }
     /// The recorded failure (once: its texts move out).
     session_entry_error take_error() noexcept {
@@ -287,6 +301,92 @@ public:
         op->start(ctx);
     }
 
+    /// Whether entries of this type may take the inline fast path at all: a
+    /// synchronous session body, a handler with no allocator of its own whose
+    /// executor is (or may hold) an io_context's, and nothing on the way that
+    /// could throw once the permits are taken.
+    template <class H, class G>
+    static constexpr bool inline_candidate =
+        Kind == entry_kind::session && !traits::is_async && std::is_same_v<handler_allocator, entry_allocator<void>> &&
+        (std::is_same_v<handler_executor, asio::io_context::executor_type>
+#if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
+         || std::is_same_v<handler_executor, asio::any_io_executor>
+#endif
+         )&&std::is_nothrow_constructible_v<Handler, H&&> &&
+        std::is_nothrow_constructible_v<std::decay_t<F>, G&&> && std::is_nothrow_move_constructible_v<Handler> &&
+        // (Not result_type's own trait: tl::expected<void, E> does not declare
+        // its move noexcept, although nothing in it can throw.)
+        (std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
+
+    /// The inline fast path: an entry admitted at once, in its initiating
+    /// function, whose body runs right here, on the caller's thread inside
+    /// the caller's io_context, costs no operation state at all. Everything
+    /// the general path would do with it happens in the same order, on the
+    /// stack: the same grant (permit_queue::try_acquire_inline, S4 and S17
+    /// checked in the same critical section), the session opened and the
+    /// body run under the same marker (S7), the permits released and the
+    /// granted waiters started, then the completion posted to the caller's
+    /// executor (S1: never invoked inside the initiating function).
+    ///
+    /// Returns false, having changed nothing (`handler` and `body` are not
+    /// moved from), when the entry must go the general way: another placement,
+    /// no io_context behind the handler or not on one of its threads, a body
+    /// running on this thread (re-entry, S7), an observer (its hooks run
+    /// between grant and start), permits out of range or a busy resource (the
+    /// general path rejects those), or anything acquire would not answer
+    /// `granted_inline` to.
+    ///
+    /// Neither the hand-off gate nor tracked work is needed: the posting
+    /// thread is inside the caller's io_context (running_in_this_thread), so
+    /// the context cannot be destroyed before it returns (S16), and the posted
+    /// completion counts as the context's work while it is queued.
+    template <class H, class G>
+    static bool try_run_inline(H&& handler, G&& body, host_core& core, const session_options& options,
+                               const Opener& opener) {
+        if (options.where != placement::caller || core.observer() != nullptr) return false;
+        using io_executor = asio::io_context::executor_type;
+        const handler_executor ex = asio::get_associated_executor(handler);
+        const io_executor* io = nullptr;
+        if constexpr (std::is_same_v<handler_executor, io_executor>) {
+            io = &ex;
+        } else {
+            // (any_executor::target does not check the type itself.)
+            if (ex.target_type() != typeid(io_executor)) return false;
+            io = ex.template target<io_executor>();
+        }
+        if (!io->running_in_this_thread() || current_sync_context() != nullptr) return false;
+        permit_queue& queue = core.queue();
+        if (options.permits == 0 || options.permits > queue.permits()) return false;
+        if constexpr (requires { opener.busy_before_admission(); }) {
+            if (opener.busy_before_admission() != nullptr) return false;
+        }
+        permit_waiter waiter;
+        waiter.permits_ = options.permits;
+        waiter.starts_on_caller_ = true;
+        waiter.ready_at_grant_ = true;
+        if (!queue.try_acquire_inline(waiter)) return false;
+
+        // Admitted: from here on the entry completes by this path.
+        queue.note_started(waiter);
+        std::exception_ptr exception;
+        result_type result = [&] {
+            std::decay_t<F> fn(std::forward<G>(body));  // invoked as the general path's own copy is
+            return run_inline(fn, core, opener, *io, options.permits, exception);
+        }();
+        permit_waiter* handoffs = nullptr;
+        waiter_list granted = queue.release(options.permits, &handoffs);
+        host_core::start_granted(std::move(granted), handoffs);
+        try {
+            hand_off_unguarded(*io,
+                               completion{Handler(std::forward<H>(handler)), std::move(exception), std::move(result)},
+                               /*may_dispatch=*/false);
+        } catch (...) {
+            // The executor refused the completion (out of memory): as on the
+            // general path, nobody can be told.
+        }
+        return true;
+    }
+
     template <class H, class G>
     entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener)
         : entry_base(std::move(core), options, Kind),
@@ -304,6 +404,50 @@ public:
     }
 
 private:
+    /// The inline fast path's completion: the handler and its arguments.
+    struct completion {
+        Handler handler;
+        std::exception_ptr exception;
+        result_type result;
+        void operator()() { std::move(handler)(std::move(exception), std::move(result)); }
+    };
+
+    /// The inline fast path's session: opened for the grant and closed before
+    /// the permits go back; a rejection or an exception from open_session is
+    /// counted and reported, and the body's outcome delivered, exactly as on
+    /// the general path (run_session, invoke_sync, take_result).
+    static result_type run_inline(std::decay_t<F>& fn, host_core& core, const Opener& opener,
+                                  const asio::io_context::executor_type& io, std::size_t permits,
+                                  std::exception_ptr& exception) noexcept {
+        using opened_type = std::invoke_result_t<const Opener&, const session_grant&>;
+        using failure = tl::unexpected<session_entry_error>;
+        session_context ctx(context_kind::session, &core);
+        try {
+            const session_grant grant{permits, asio::any_io_executor(io)};
+            opened_type opened = opener(grant);
+            if (const session_entry_error* e = open_error(opened)) {
+                core.queue().note_rejected();
+                return result_type(failure(backend_rejection(core.name(), *e)));
+            }
+            const sync_context_marker marker(ctx);
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    std::invoke(fn, opened_session<session_type>(opened));
+                    return result_type();
+                } else {
+                    return result_type(tl::in_place, std::invoke(fn, opened_session<session_type>(opened)));
+                }
+            } catch (...) {
+                exception = std::current_exception();
+                return result_type(failure(body_threw_error(core.name())));
+            }
+        } catch (...) {
+            // Only opening the session can throw here.
+            core.queue().note_rejected();
+            return result_type(failure(open_threw_error(core.name())));
+        }
+    }
+
     struct cancel_handler {
         explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
@@ -552,9 +696,7 @@ private:
         }
         // The body threw: the second argument must be a valid object, and this
         // one says plainly that it carries no value.
-        return result_type(tl::unexpected<session_entry_error>(
-            session_entry_error(session_entry_errc::executor, core()->name(),
-                                "no value: the session body threw an exception (delivered as the first argument)")));
+        return result_type(tl::unexpected<session_entry_error>(body_threw_error(core()->name())));
     }
 
     void destroy() noexcept {
@@ -590,6 +732,10 @@ struct initiate_entry {
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
+        if constexpr (op::template inline_candidate<Handler&&, F&&>) {
+            if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), *core, options, opener))
+                return;
+        }
         op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
     }
 };

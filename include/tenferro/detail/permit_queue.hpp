@@ -166,6 +166,12 @@ public:
     /// (the caller-placement round trip takes the queue's lock twice, not four
     /// times).
     acquire_outcome acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear = false);
+    /// The inline fast path's acquire (entry_op::try_run_inline): grants `w`
+    /// (`starts_on_caller_` and `ready_at_grant_` set) exactly when acquire
+    /// would answer `granted_inline`, and otherwise changes nothing at all,
+    /// not even a counter: the entry then goes the general way, acquire
+    /// included. Same critical section, same checks (S4, S17).
+    bool try_acquire_inline(permit_waiter& w) noexcept;
 
     /// Returns `n` permits and grants as many head waiters as now fit (FIFO
     /// order, stopping at the first one that does not). The granted waiters are
