@@ -538,6 +538,10 @@ namespace {
 /// What an entry delivered, and what it left behind, for comparing two paths.
 struct entry_outcome {
     bool body_ran_in_initiation = false;  // the body ran before the initiating call returned
+    // The general path installs its cancellation handler in the handler's slot
+    // and clears it only at completion; the fast path never touches the slot.
+    // Seen right after the initiating call returns, this tells the paths apart.
+    bool slot_taken_after_initiation = false;
     int body_runs = 0;
     std::string exception;  // what() of the first argument ("" when null, "?" when not a std::exception)
     std::optional<int> value;
@@ -619,14 +623,20 @@ entry_outcome enter_once(outcome_case c, bool from_io_thread, bool type_erased) 
             out.detail = std::string(r.error().detail());
         }
     };
+    asio::cancellation_signal signal;
     auto initiate = [&] {
         initiating = true;
         if (type_erased)
-            host.with_backend_session(on_caller(), body,
-                                      asio::bind_executor(asio::any_io_executor(io.get_executor()), done));
+            host.with_backend_session(
+                on_caller(), body,
+                asio::bind_cancellation_slot(signal.slot(),
+                                             asio::bind_executor(asio::any_io_executor(io.get_executor()), done)));
         else
-            host.with_backend_session(on_caller(), body, asio::bind_executor(io.get_executor(), done));
+            host.with_backend_session(
+                on_caller(), body,
+                asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(io.get_executor(), done)));
         initiating = false;
+        out.slot_taken_after_initiation = signal.slot().has_handler();
     };
     if (from_io_thread)
         asio::post(io, initiate);
@@ -654,8 +664,12 @@ TEST_CASE("The inline fast path delivers what the general path delivers, in ever
             INFO("case " << static_cast<int>(c) << (type_erased ? ", any_io_executor" : ", io_context's executor"));
             const entry_outcome fast = enter_once(c, /*from_io_thread=*/true, type_erased);
             const entry_outcome general = enter_once(c, /*from_io_thread=*/false, type_erased);
-            // Not vacuous: the fast path ran its body inside the initiation, the general one did not.
+            // Not vacuous: the first entry took the fast path (no operation
+            // state ever took the cancellation slot) and ran its body inside the
+            // initiation; the second took the general path.
             const bool opens = c == outcome_case::value || c == outcome_case::body_throws || c == outcome_case::reentry;
+            CHECK_FALSE(fast.slot_taken_after_initiation);
+            CHECK(general.slot_taken_after_initiation);
             CHECK(fast.body_ran_in_initiation == opens);
             CHECK_FALSE(general.body_ran_in_initiation);
             CHECK(fast.body_runs == (opens ? 1 : 0));
@@ -700,6 +714,55 @@ TEST_CASE("The inline fast path delivers what the general path delivers, in ever
             }
             CHECK(fast.stats.rejected == (c == outcome_case::value || c == outcome_case::body_throws ? 0u : 1u));
         }
+}
+
+TEST_CASE("A body holding the last reference to its host: the host goes after the permits, on either path") {
+    // A keep-alive capture (`[self = shared_from_this()]`, a shared_ptr to the
+    // host) makes the body's copy the host's last owner. The host's destructor
+    // waits until every permit is back, on the thread that destroys the body:
+    // the body must therefore go after the release, as finish() does on the
+    // general path. On the inline fast path a first version destroyed it before
+    // the release, and this test hung in ~session_host (wait_until_idle).
+    for (bool from_io_thread : {true, false}) {
+        INFO((from_io_thread ? "inline fast path" : "general path"));
+        probe_log log;
+        asio::io_context io;
+        auto host = std::make_shared<probe_host>(host_options{.permits = 1}, log);
+        probe_host* raw = host.get();
+        std::weak_ptr<probe_host> watch = host;
+        bool initiating = false, ran_in_initiation = false, slot_taken = false;
+        std::optional<session_result<int>> r;
+        asio::cancellation_signal signal;  // tells the paths apart (see entry_outcome)
+        auto initiate = [&] {
+            initiating = true;
+            raw->with_backend_session(
+                on_caller(),
+                [&, keep = std::move(host)](probe_session& s) {
+                    ran_in_initiation = initiating;
+                    return s.id();
+                },
+                asio::bind_cancellation_slot(
+                    signal.slot(),
+                    asio::bind_executor(io.get_executor(), [&](std::exception_ptr, session_result<int> v) {
+                        // The host is gone by now, whichever path ran the entry.
+                        CHECK(watch.expired());
+                        r = std::move(v);
+                    })));
+            initiating = false;
+            if (from_io_thread) slot_taken = signal.slot().has_handler();
+        };
+        if (from_io_thread)
+            asio::post(io, initiate);
+        else
+            initiate();
+        io.run();
+        CHECK(ran_in_initiation == from_io_thread);
+        CHECK_FALSE(slot_taken);  // the fast path ran it (the general path's slot is checked above)
+        REQUIRE(r.has_value());
+        CHECK(r->value() == 1);
+        CHECK(watch.expired());
+        CHECK(log.take_events() == std::vector<std::string>{"open #1 k=1", "close #1"});
+    }
 }
 
 namespace {

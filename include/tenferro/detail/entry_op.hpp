@@ -303,46 +303,49 @@ public:
 
     /// Whether entries of this type may take the inline fast path at all: a
     /// synchronous session body, a handler with no allocator of its own whose
-    /// executor is (or may hold) an io_context's, and nothing on the way that
-    /// could throw once the permits are taken.
-    template <class H, class G>
-    static constexpr bool inline_candidate =
-        Kind == entry_kind::session && !traits::is_async && std::is_same_v<handler_allocator, entry_allocator<void>> &&
-        (std::is_same_v<handler_executor, asio::io_context::executor_type>
+    /// executor is (or may hold) an io_context's, and a value that moves into
+    /// the posted completion without throwing (it moves after the permits
+    /// went back). (Not result_type's own trait: tl::expected<void, E> does
+    /// not declare its move noexcept, although nothing in it can throw.)
+    static constexpr bool inline_candidate = Kind == entry_kind::session && !traits::is_async &&
+                                             std::is_same_v<handler_allocator, entry_allocator<void>> &&
+                                             (std::is_same_v<handler_executor, asio::io_context::executor_type>
 #if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
-         || std::is_same_v<handler_executor, asio::any_io_executor>
+                                              || std::is_same_v<handler_executor, asio::any_io_executor>
 #endif
-         )&&std::is_nothrow_constructible_v<Handler, H&&> &&
-        std::is_nothrow_constructible_v<std::decay_t<F>, G&&> && std::is_nothrow_move_constructible_v<Handler> &&
-        // (Not result_type's own trait: tl::expected<void, E> does not declare
-        // its move noexcept, although nothing in it can throw.)
-        (std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
+                                              )&&(std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
 
     /// The inline fast path: an entry admitted at once, in its initiating
     /// function, whose body runs right here, on the caller's thread inside
     /// the caller's io_context, costs no operation state at all. Everything
     /// the general path would do with it happens in the same order, on the
-    /// stack: the same grant (permit_queue::try_acquire_inline, S4 and S17
-    /// checked in the same critical section), the session opened and the
-    /// body run under the same marker (S7), the permits released and the
-    /// granted waiters started, then the completion posted to the caller's
-    /// executor (S1: never invoked inside the initiating function).
+    /// stack: the copies of the handler and the body that make_op would make
+    /// (what throws there throws out of the initiating function before
+    /// admission, as there), the same grant (permit_queue::try_acquire_inline,
+    /// S4 and S17 checked in the same critical section), the session opened
+    /// and the body run under the same marker (S7), the permits released and
+    /// the granted waiters started, the body's copy destroyed, then the
+    /// completion posted to the caller's executor (S1: never invoked inside
+    /// the initiating function).
     ///
-    /// Returns false, having changed nothing (`handler` and `body` are not
-    /// moved from), when the entry must go the general way: another placement,
-    /// no io_context behind the handler or not on one of its threads, a body
-    /// running on this thread (re-entry, S7), an observer (its hooks run
-    /// between grant and start), permits out of range or a busy resource (the
-    /// general path rejects those), or anything acquire would not answer
-    /// `granted_inline` to.
+    /// Returns false, having touched neither `handler` nor `body`, when the
+    /// entry cannot take the fast path: another placement, no io_context
+    /// behind the handler or not on one of its threads, a body running on
+    /// this thread (re-entry, S7), an observer (its hooks run between grant
+    /// and start), permits out of range or a busy resource (the general path
+    /// rejects those). When the queue then refuses the inline grant (somebody
+    /// waits, too few permits, an earlier grant not started yet), the entry
+    /// goes the general way from the start, launched with those copies, and
+    /// this returns true as well.
     ///
     /// Neither the hand-off gate nor tracked work is needed: the posting
     /// thread is inside the caller's io_context (running_in_this_thread), so
     /// the context cannot be destroyed before it returns (S16), and the posted
     /// completion counts as the context's work while it is queued.
     template <class H, class G>
-    static bool try_run_inline(H&& handler, G&& body, host_core& core, const session_options& options,
-                               const Opener& opener) {
+    static bool try_run_inline(H&& handler, G&& body, const std::shared_ptr<host_core>& core_ptr,
+                               const session_options& options, const Opener& opener) {
+        host_core& core = *core_ptr;
         if (options.where != placement::caller || core.observer() != nullptr) return false;
         using io_executor = asio::io_context::executor_type;
         const handler_executor ex = asio::get_associated_executor(handler);
@@ -360,29 +363,39 @@ public:
         if constexpr (requires { opener.busy_before_admission(); }) {
             if (opener.busy_before_admission() != nullptr) return false;
         }
+
+        Handler own_handler(std::forward<H>(handler));
+        // The body is invoked as the general path's own copy is, and lives as
+        // long: until the permits are back (finish() destroys that copy after
+        // the release). A capture holding the last reference to the host must
+        // not destroy it while this entry still holds permits: its destructor
+        // waits for them (wait_until_idle), on this very thread.
+        std::optional<std::decay_t<F>> fn(std::in_place, std::forward<G>(body));
         permit_waiter waiter;
         waiter.permits_ = options.permits;
         waiter.starts_on_caller_ = true;
         waiter.ready_at_grant_ = true;
-        if (!queue.try_acquire_inline(waiter)) return false;
+        if (!queue.try_acquire_inline(waiter)) {
+            launch(std::move(own_handler), std::move(*fn), core_ptr, options, opener);
+            return true;
+        }
 
         // Admitted: from here on the entry completes by this path.
         queue.note_started(waiter);
         std::exception_ptr exception;
-        result_type result = [&] {
-            std::decay_t<F> fn(std::forward<G>(body));  // invoked as the general path's own copy is
-            return run_inline(fn, core, opener, *io, options.permits, exception);
-        }();
+        result_type result = run_inline(*fn, core, opener, *io, options.permits, exception);
         permit_waiter* handoffs = nullptr;
         waiter_list granted = queue.release(options.permits, &handoffs);
         host_core::start_granted(std::move(granted), handoffs);
+        // From here on neither the host nor its queue is touched: the body's
+        // captures may destroy the host right now.
+        fn.reset();
         try {
-            hand_off_unguarded(*io,
-                               completion{Handler(std::forward<H>(handler)), std::move(exception), std::move(result)},
+            hand_off_unguarded(*io, completion{std::move(own_handler), std::move(exception), std::move(result)},
                                /*may_dispatch=*/false);
         } catch (...) {
-            // The executor refused the completion (out of memory): as on the
-            // general path, nobody can be told.
+            // The executor refused the completion (out of memory), or the
+            // handler's move threw: as on the general path, nobody can be told.
         }
         return true;
     }
@@ -732,8 +745,8 @@ struct initiate_entry {
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
-        if constexpr (op::template inline_candidate<Handler&&, F&&>) {
-            if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), *core, options, opener))
+        if constexpr (op::inline_candidate) {
+            if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
                 return;
         }
         op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
