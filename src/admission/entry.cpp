@@ -30,9 +30,26 @@ struct initiation_scope {
     const entry_base* previous;
 };
 
+// The one function type every inline completion is posted as; owns `c`
+// until it runs (destroyed unrun, it discards `c`).
+struct inline_completion_runner {
+    inline_completion* c;
+    explicit inline_completion_runner(inline_completion* p) noexcept : c(p) {}
+    inline_completion_runner(inline_completion_runner&& other) noexcept : c(std::exchange(other.c, nullptr)) {}
+    inline_completion_runner& operator=(inline_completion_runner&&) = delete;
+    ~inline_completion_runner() {
+        if (c != nullptr) c->discard();
+    }
+    void operator()() { std::exchange(c, nullptr)->invoke(); }
+};
+
 std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " permit" : " permits"); }
 
 }  // namespace
+
+void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) {
+    hand_off_unguarded(io, inline_completion_runner(c), /*may_dispatch=*/false);
+}
 
 entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept
     : core_(std::move(core)),
