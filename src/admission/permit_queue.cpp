@@ -15,8 +15,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
         ++rejected_;
         return acquire_outcome::shut_down;
     }
-    // No barging: free permits go to the queue's head first, never to a newcomer.
-    if (waiters_.empty() && w.permits_ <= available_) {
+    if (admits_at_once_locked(w)) {
         available_ -= w.permits_;
         // Inline at once when nothing granted before `w` is unstarted (every
         // such grant is counted until its body starts, and is in the hand-off
@@ -24,8 +23,8 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
         // (S17). It is left out of the hand-off list (nobody can queue behind
         // it there) but stays counted as unstarted until it starts, so that a
         // grant made meanwhile on another thread does not start inline ahead of it.
-        const bool start_inline = start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ &&
-                                  handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
+        const bool start_inline =
+            start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ && nothing_unstarted_locked();
         grant_locked(w, start_inline, !start_inline);
         return start_inline ? acquire_outcome::granted_inline : acquire_outcome::granted;
     }
@@ -44,14 +43,22 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
 
 bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
     std::lock_guard lock(mutex_);
-    // acquire()'s conditions for granted_inline, in one test: not poisoned or
-    // shut down, nobody queued (no barging), enough permits, and nothing
-    // granted earlier unstarted or waiting for its hand-off.
-    if (poisoned_.load(std::memory_order_relaxed) || shut_down_.load(std::memory_order_relaxed) || !waiters_.empty() ||
-        w.permits_ > available_ || handoff_head_ != nullptr || unstarted_.load(std::memory_order_relaxed) != 0)
+    // acquire()'s conditions for granted_inline, in one test (the same helpers).
+    if (poisoned_.load(std::memory_order_relaxed) || shut_down_.load(std::memory_order_relaxed) ||
+        !admits_at_once_locked(w) || !nothing_unstarted_locked())
         return false;
     available_ -= w.permits_;
-    grant_locked(w, /*ready=*/false, /*listed=*/false);
+    w.state_ = permit_waiter::state::granted;
+    w.may_start_inline_ = true;
+    ++admitted_;
+    // Not counted as unstarted, unlike acquire's granted_inline: that count
+    // keeps a grant made meanwhile on another thread from starting inline
+    // ahead of this one while this one waits for its start, and this one does
+    // not wait: its thread goes on to its body at once. Counting it would
+    // only make such a grant in the instant between this unlock and the count
+    // going down again take a post instead, an order no body could tell from
+    // the same grant made an instant later; it cost two atomic
+    // read-modify-writes on a cache line the I/O threads share.
     return true;
 }
 

@@ -324,3 +324,69 @@ TEST_CASE("brief_mutex excludes under contention and serves condition_variable_a
     for (auto& t : pool) t.join();
     CHECK(counter == threads * per_thread);
 }
+
+TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would start inline, else changes nothing") {
+    permit_queue q(2, 100);
+    node a(1, 1), b(1, 2), c(1, 3), heavy(2, 4), big(3, 5), g(1, 6);
+
+    // Clear: granted, outside the hand-off list, and not counted as unstarted
+    // (its body starts at once on the caller's thread): a second fast entry
+    // right behind it is clear too.
+    CHECK(q.try_acquire_inline(a));
+    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK_FALSE(a.handoff_listed_);
+    CHECK_FALSE(a.start_counted_);
+    CHECK(q.try_acquire_inline(b));
+    permit_counters cnt = q.counters();
+    CHECK(cnt.available == 0);
+    CHECK(cnt.admitted == 2);
+
+    // Refusals leave no trace: no permits, no counter, no link.
+    const auto unchanged = [&](const char* why) {
+        const permit_counters now = q.counters();
+        INFO(why);
+        CHECK(now.available == cnt.available);
+        CHECK(now.waiting == cnt.waiting);
+        CHECK(now.admitted == cnt.admitted);
+        CHECK(now.rejected == cnt.rejected);
+        CHECK(now.completed == cnt.completed);
+    };
+    CHECK_FALSE(q.try_acquire_inline(c));  // too few permits
+    CHECK(c.state_ == permit_waiter::state::idle);
+    unchanged("too few permits");
+    CHECK_FALSE(q.try_acquire_inline(big));  // more than the queue has
+    unchanged("more than the queue has");
+
+    // S4: a weighted head waits; a permit comes free, still no barging.
+    CHECK(q.acquire(heavy, true) == acquire_outcome::queued);
+    CHECK(ids(q.release(1)).empty());
+    cnt = q.counters();
+    CHECK_FALSE(q.try_acquire_inline(c));
+    unchanged("a waiter heads the queue");
+    CHECK(ids(q.release(1)) == std::vector<int>{4});  // heavy takes both
+
+    // S17: an earlier grant that starts on its caller is counted until it
+    // starts; while it is, the fast path stays shut.
+    CHECK(ids(q.release(2)).empty());  // heavy finishes
+    CHECK(q.acquire(caller_started(g, true), true) == acquire_outcome::granted);  // listed, not ready: unstarted
+    cnt = q.counters();
+    CHECK_FALSE(q.try_acquire_inline(c));
+    unchanged("an earlier grant is unstarted");
+    bool alone = true;
+    CHECK(chain_ids(q.ready_for_handoff(g, false, alone)) == std::vector<int>{6});
+    CHECK(q.next_handoffs() == nullptr);
+    q.note_started(g);
+    CHECK(q.try_acquire_inline(c));
+    CHECK(ids(q.release(1)).empty());  // c
+    CHECK(ids(q.release(1)).empty());  // g
+
+    // Shut down: refused, nothing counted (the general path rejects it).
+    q.shut_down();
+    cnt = q.counters();
+    node d(1, 7);
+    CHECK_FALSE(q.try_acquire_inline(d));
+    unchanged("shut down");
+    cnt = q.counters();
+    CHECK(cnt.available == 2);
+    CHECK(cnt.admitted == cnt.completed);
+}

@@ -109,6 +109,37 @@ protected:
     /// resumed inline (we are on its executor, after a body), `post` otherwise.
     virtual void complete(bool may_dispatch) noexcept = 0;
 
+    /// The two function objects an entry hands to its caller's executor: the
+    /// runner of a caller-placed body, and the completion (an
+    /// op_handoff<entry_base>, which calls upcall(), or discard() when it is
+    /// destroyed unrun). They are typed on entry_base, not on the entry_op
+    /// instantiation: Asio instantiates its posting machinery once per
+    /// function type, and one type per handler and body made that most of
+    /// the compile time of every file that starts entries.
+    struct caller_runner {
+        entry_base* op;
+        explicit caller_runner(entry_base* o) noexcept : op(o) {}
+        caller_runner(caller_runner&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
+        caller_runner& operator=(caller_runner&&) = delete;
+        ~caller_runner() {
+            if (op != nullptr) {
+                op->gate_.pass();
+                op->drop();
+            }
+        }
+        // The gate is passed when the body is done (body_finished), not
+        // here: the poster is most likely still inside post (waking this
+        // thread) and the body need not wait for it; only the completion,
+        // which may let the caller destroy its context, must.
+        void operator()() { std::exchange(op, nullptr)->run(); }
+    };
+    friend class op_handoff<entry_base>;
+    handoff_gate& gate() noexcept { return gate_; }
+    /// The completion runs: deliver the outcome to the handler.
+    virtual void upcall() = 0;
+    /// The completion was destroyed unrun: free the op without calling the handler.
+    virtual void discard() noexcept = 0;
+
     /// The body is done: release the permits, then complete.
     void body_finished() noexcept;
     /// Records that the body's frame was destroyed without completing.
@@ -450,15 +481,13 @@ public:
         std::optional<std::decay_t<F>> fn(std::in_place, std::forward<G>(body));
         permit_waiter waiter;
         waiter.permits_ = options.permits;
-        waiter.starts_on_caller_ = true;
-        waiter.ready_at_grant_ = true;
         if (!queue.try_acquire_inline(waiter)) {
             launch(std::move(own_handler), std::move(*fn), core_ptr, options, opener);
             return true;
         }
 
-        // Admitted: from here on the entry completes by this path.
-        queue.note_started(waiter);
+        // Admitted: from here on the entry completes by this path, and its
+        // body starts now (the queue did not count it as unstarted).
         std::exception_ptr exception;
         result_type result = run_inline(*fn, core, opener, *io, options.permits, exception);
         permit_waiter* handoffs = nullptr;
@@ -538,32 +567,10 @@ private:
         }
     };
 
-    // The completion is handed to the caller's executor as an op_handoff
-    // (async_op.hpp): destroyed unrun (its executor shut down), it still frees
-    // the op; invoked, it runs finish(), which passes the gate after the upcall.
-    friend class op_handoff<entry_op>;
-    handoff_gate& gate() noexcept { return gate_; }
-    void upcall() { finish(); }
-    void discard() noexcept { destroy(); }
-
-    /// Runs the body on the caller's executor (placement::caller).
-    struct caller_runner {
-        entry_op* op;
-        explicit caller_runner(entry_op* o) noexcept : op(o) {}
-        caller_runner(caller_runner&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
-        caller_runner& operator=(caller_runner&&) = delete;
-        ~caller_runner() {
-            if (op != nullptr) {
-                op->gate_.pass();
-                op->drop();
-            }
-        }
-        // The gate is passed when the body is done (body_finished), not
-        // here: the poster is most likely still inside post (waking this
-        // thread) and the body need not wait for it; only the completion,
-        // which may let the caller destroy its context, must.
-        void operator()() { std::exchange(op, nullptr)->run(); }
-    };
+    // The completion's upcall and its disposal unrun (entry_base's
+    // op_handoff calls them): finish() passes the gate after the upcall.
+    void upcall() override { finish(); }
+    void discard() noexcept override { destroy(); }
 
     /// co_spawn's completion for an asynchronous body.
     struct async_completion {
@@ -718,7 +725,7 @@ private:
         // The function object owns the op, so even an executor that discards
         // it frees the op; if the executor throws, nobody can be told. The
         // posted function itself counts as work while it is queued.
-        hop(may_dispatch, op_handoff<entry_op>(this));
+        hop(may_dispatch, op_handoff<entry_base>(this));
     }
 
     /// On the handler's executor: clear the slot, release the tracked work,

@@ -167,10 +167,12 @@ public:
     /// times).
     acquire_outcome acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear = false);
     /// The inline fast path's acquire (entry_op::try_run_inline): grants `w`
-    /// (`starts_on_caller_` and `ready_at_grant_` set) exactly when acquire
-    /// would answer `granted_inline`, and otherwise changes nothing at all,
-    /// not even a counter: the entry then goes the general way, acquire
-    /// included. Same critical section, same checks (S4, S17).
+    /// exactly when acquire would answer `granted_inline` for it, and
+    /// otherwise changes nothing at all, not even a counter: the entry then
+    /// goes the general way, acquire included. Same critical section, same
+    /// checks (S4, S17). The grant is not counted as unstarted (see the .cpp):
+    /// the caller starts `w`'s body at once, on this thread, and calls no
+    /// note_started.
     bool try_acquire_inline(permit_waiter& w) noexcept;
 
     /// Returns `n` permits and grants as many head waiters as now fit (FIFO
@@ -241,6 +243,17 @@ public:
     void wait_until_idle();
 
 private:
+    /// S4, no barging: free permits go to the queue's head first, never to a
+    /// newcomer; a newcomer is admitted at once only when nobody waits.
+    bool admits_at_once_locked(const permit_waiter& w) const noexcept {
+        return waiters_.empty() && w.permits_ <= available_;
+    }
+    /// S17: nothing granted earlier is unstarted (every such grant is counted
+    /// until its body starts) or waiting for its hand-off, so a grant made now
+    /// may start inline without overtaking one.
+    bool nothing_unstarted_locked() const noexcept {
+        return handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
+    }
     void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
     /// Grants `w` its permits (already taken from available_). A waiter that
     /// starts on its caller joins the hand-off list (`ready`: may be handed off
