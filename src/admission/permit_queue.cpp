@@ -49,7 +49,6 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
         return false;
     available_ -= w.permits_;
     w.state_ = permit_waiter::state::granted;
-    w.may_start_inline_ = true;
     ++admitted_;
     // Not counted as unstarted, unlike acquire's granted_inline: that count
     // keeps a grant made meanwhile on another thread from starting inline

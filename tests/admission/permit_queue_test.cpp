@@ -354,12 +354,16 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
     CHECK_FALSE(q.try_acquire_inline(c));  // too few permits
     CHECK(c.state_ == permit_waiter::state::idle);
     unchanged("too few permits");
-    CHECK_FALSE(q.try_acquire_inline(big));  // more than the queue has
+    CHECK(ids(q.release(1)).empty());  // a finishes
+    CHECK(ids(q.release(1)).empty());  // b finishes: both permits free
+    cnt = q.counters();
+    CHECK_FALSE(q.try_acquire_inline(big));  // more than the queue has at all
     unchanged("more than the queue has");
 
-    // S4: a weighted head waits; a permit comes free, still no barging.
+    // S4: a weighted head waits; a permit is free, still no barging.
+    node hold(1, 8);
+    CHECK(q.acquire(hold, true) == acquire_outcome::granted);
     CHECK(q.acquire(heavy, true) == acquire_outcome::queued);
-    CHECK(ids(q.release(1)).empty());
     cnt = q.counters();
     CHECK_FALSE(q.try_acquire_inline(c));
     unchanged("a waiter heads the queue");
@@ -375,12 +379,31 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
     bool alone = true;
     CHECK(chain_ids(q.ready_for_handoff(g, false, alone)) == std::vector<int>{6});
     CHECK(q.next_handoffs() == nullptr);
+    // Handed off (out of the hand-off list) but its body has not started:
+    // the unstarted count alone keeps the fast path shut.
+    CHECK_FALSE(g.handoff_listed_);
+    CHECK_FALSE(q.try_acquire_inline(c));
+    unchanged("an earlier grant is handed off, not started");
     q.note_started(g);
+    // What acquire would answer for a caller-started waiter ready at its
+    // grant agrees: granted_inline now (and the fast path takes it).
+    node probe(1, 9);
+    CHECK(q.acquire(caller_started(probe, true), true, true) == acquire_outcome::granted_inline);
+    q.note_started(probe);
+    CHECK(ids(q.release(1)).empty());  // probe
     CHECK(q.try_acquire_inline(c));
     CHECK(ids(q.release(1)).empty());  // c
     CHECK(ids(q.release(1)).empty());  // g
 
-    // Shut down: refused, nothing counted (the general path rejects it).
+    // Poisoned, then shut down: refused, nothing counted (the general path
+    // rejects those).
+    permit_queue poisoned(2, 100);
+    CHECK(poisoned.poison().empty());
+    const permit_counters before_poison = poisoned.counters();
+    node p(1, 10);
+    CHECK_FALSE(poisoned.try_acquire_inline(p));
+    CHECK(poisoned.counters().rejected == before_poison.rejected);
+    CHECK(poisoned.counters().available == 2);
     q.shut_down();
     cnt = q.counters();
     node d(1, 7);

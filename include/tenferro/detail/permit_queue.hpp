@@ -167,7 +167,8 @@ public:
     /// times).
     acquire_outcome acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear = false);
     /// The inline fast path's acquire (entry_op::try_run_inline): grants `w`
-    /// exactly when acquire would answer `granted_inline` for it, and
+    /// exactly when acquire would answer `granted_inline` for a caller-started
+    /// waiter ready at its grant, and
     /// otherwise changes nothing at all, not even a counter: the entry then
     /// goes the general way, acquire included. Same critical section, same
     /// checks (S4, S17). The grant is not counted as unstarted (see the .cpp):
