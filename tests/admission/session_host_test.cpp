@@ -765,6 +765,40 @@ TEST_CASE("A body holding the last reference to its host: the host goes after th
     }
 }
 
+TEST_CASE("An io_context destroyed with a fast-path completion still queued destroys the handler unrun") {
+    // The inline fast path posts its completion (a block of the per-thread
+    // entry cache, inline_completion_for) and returns. A caller that tears its
+    // io_context down before running it must find the handler destroyed, never
+    // called, the block freed (ASan: no leak, no use after free) and every
+    // permit back.
+    probe_log log;
+    probe_host host(host_options{.permits = 1}, log);
+    auto token = std::make_shared<int>(7);
+    std::weak_ptr<int> watch = token;
+    bool called = false, slot_taken = true;
+    {
+        asio::io_context io;
+        asio::cancellation_signal signal;  // untouched on the fast path (see entry_outcome)
+        asio::post(io, [&] {
+            host.with_backend_session(
+                on_caller(), [](probe_session& s) { return s.id(); },
+                asio::bind_cancellation_slot(
+                    signal.slot(), asio::bind_executor(io.get_executor(), [&called, keep = std::move(token)](
+                                                                              std::exception_ptr, session_result<int>) {
+                        called = true;
+                    })));
+            slot_taken = signal.slot().has_handler();
+        });
+        CHECK(io.run_one() == 1);  // the initiation: the body runs, the completion is queued
+        CHECK(log.take_events() == std::vector<std::string>{"open #1 k=1", "close #1"});
+        CHECK_FALSE(watch.expired());  // the handler waits in the queue
+    }
+    CHECK_FALSE(slot_taken);
+    CHECK_FALSE(called);
+    CHECK(watch.expired());
+    CHECK(balanced(host.stats()));
+}
+
 namespace {
 /// Records, at each release, how many sessions are alive.
 struct live_at_release final : admission_observer {
