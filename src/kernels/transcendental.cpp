@@ -158,27 +158,101 @@ HWY_INLINE V scale_by_pow2(D d, V p, V kf, V nf) {
 #endif
 }
 
+#if TENFERRO_TRANSCENDENTAL_AVX512
+// f32 exp on AVX-512 splits x finer: x = (16 n + j) ln2/16 + r, |r| <= ln2/32, so e^x = 2^n 2^(j/16) e^r.
+// The sixteen values 2^(j/16) fit one register and vpermps looks them up (the index is j, the low four
+// bits of k = 16 n + j in kf's mantissa), and on the 16x narrower range a degree-3 e^r suffices (relative
+// error 2^-28.6; minimax with the script in docs/kernels-transcendental.md). That is seven FMA-unit ops
+// per vector instead of ten: the scaling by 2^n moves to the integer units. The rounded table adds at
+// most half an ULP; the exhaustive f32 sweep measures the whole kernel (see the docs).
+struct exp16_parts {
+    hn::Vec<hn::ScalableTag<float>> kf;   // shifter + k: k in the low mantissa bits
+    hn::Vec<hn::ScalableTag<float>> em1;  // e^r - 1
+};
+
+template <class D, class V>
+HWY_INLINE exp16_parts exp16_reduce(D d, V x) {
+    using C = tc<float>;
+    const V kf = hn::MulAdd(x, hn::Set(d, 16.0f * C::log2e), hn::Set(d, C::shifter));
+    const V kn = hn::Sub(kf, hn::Set(d, C::shifter));
+    V r = hn::NegMulAdd(kn, hn::Set(d, C::ln2_hi / 16.0f), x);  // exact product (ln2_hi has 9 bits)
+    r = hn::NegMulAdd(kn, hn::Set(d, C::ln2_lo / 16.0f), r);
+    const V em1 = hn::Mul(
+        r, hn::MulAdd(hn::MulAdd(hn::Set(d, 0x1.55576cp-3f), r, hn::Set(d, 0x1.00029ep-1f)), r, hn::Set(d, 1.0f)));
+    return {kf, em1};
+}
+
+// 2^(j/16) for j = 0..15, rounded to f32 (as bits); `biased` subtracts j << 19 from each entry, so that
+// adding k << 19 (= n << 23 + j << 19) yields the bits of 2^n 2^(j/16) in one integer add.
+template <bool Biased>
+HWY_INLINE __m512 exp16_table() {
+    if constexpr (Biased) {
+        return _mm512_castsi512_ps(_mm512_setr_epi32(
+            0x3F800000, 0x3F7DAAC3, 0x3F7B95C2, 0x3F79C3D3, 0x3F7837F0, 0x3F76F532, 0x3F75FED7, 0x3F75583F, 0x3F7504F3,
+            0x3F7508A4, 0x3F75672A, 0x3F76248C, 0x3F7744FD, 0x3F78CCDF, 0x3F7AC0C7, 0x3F7D257D));
+    } else {
+        return _mm512_castsi512_ps(_mm512_setr_epi32(
+            0x3F800000, 0x3F85AAC3, 0x3F8B95C2, 0x3F91C3D3, 0x3F9837F0, 0x3F9EF532, 0x3FA5FED7, 0x3FAD583F, 0x3FB504F3,
+            0x3FBD08A4, 0x3FC5672A, 0x3FCE248C, 0x3FD744FD, 0x3FE0CCDF, 0x3FEAC0C7, 0x3FF5257D));
+    }
+}
+
+// 2^(j/16) with j = kf's low four bits: Biased, times 2^n as well (exact where 2^n 2^(j/16) is normal).
+template <bool Biased, class D, class V>
+HWY_INLINE V exp16_scale(D d, V kf) {
+    const hn::RebindToSigned<D> di;
+    const V t = V{_mm512_permutexvar_ps(_mm512_castps_si512(kf.raw), exp16_table<Biased>())};
+    if constexpr (!Biased) return t;
+    // kf's bits are those of the shifter plus k; shifted left by 19 the shifter's bits leave the word.
+    return hn::BitCast(d, hn::Add(hn::BitCast(di, t), hn::ShiftLeft<19>(hn::BitCast(di, kf))));
+}
+#endif
+
 // Fast exp: valid for |x| <= exp_fast_bound, where both 2^n and the result are normal, so the scaling
 // by 2^n is exact.
-template <class D, class V>
+// Table: the AVX-512 f32 table form (above) where it applies; sigmoid asks for the polynomial form,
+// whose smaller error (0.93 ULP instead of 0.98) its own 2 ULP budget needs.
+template <bool Table = true, class D, class V>
 HWY_INLINE V exp_fast(D d, V x) {
     using C = tc<hn::TFromD<D>>;
+#if TENFERRO_TRANSCENDENTAL_AVX512
+    if constexpr (Table && sizeof(hn::TFromD<D>) == 4) {
+        // s = 2^n 2^(j/16) >= 2^-126 for x >= -87, and s e^r = s + s (e^r - 1) in one rounding.
+        const exp16_parts e = exp16_reduce(d, x);
+        const V s = exp16_scale<true>(d, e.kf);
+        return hn::MulAdd(s, e.em1, s);
+    }
+#endif
     V kf;
     const V p = exp_reduced(d, reduce(d, x, kf));
     return scale_by_pow2(d, p, kf, hn::Sub(kf, hn::Set(d, C::shifter)));
 }
 
-// Full-range exp. Clamping keeps n in [-150, 128] (f32) / [-1076, 1024] (f64); 2^n is applied as two
+// Full-range exp. Clamping keeps n in [-151, 128] (f32) / [-1076, 1024] (f64); 2^n is applied as two
 // normal factors 2^(n>>1) * 2^(n - (n>>1)), so p * 2^n1 is exact and the second multiply rounds once:
 // gradual underflow is correctly rounded up to p's own error, and overflow gives +inf.
-template <class D, class V>
+template <bool Table = true, class D, class V>
 HWY_INLINE V exp_slow(D d, V x) {
     using C = tc<hn::TFromD<D>>;
     const hn::RebindToSigned<D> di;
     const V xc = hn::Min(hn::Max(x, hn::Set(d, C::exp_lo)), hn::Set(d, C::exp_hi));
     V kf;
-    const V p = exp_reduced(d, reduce(d, xc, kf));
-    const auto n = hn::Sub(hn::BitCast(di, kf), hn::BitCast(di, hn::Set(d, C::shifter)));
+    V p;
+    auto n = hn::Zero(di);
+#if TENFERRO_TRANSCENDENTAL_AVX512
+    if constexpr (Table && sizeof(hn::TFromD<D>) == 4) {
+        // exp_fast's arithmetic at 2^0: p = 2^(j/16) e^r rounded once, so p 2^n gives exp_fast's bits
+        // wherever both apply. n = k >> 4 (floor) is in [-151, 128].
+        const exp16_parts e = exp16_reduce(d, xc);
+        const V t = exp16_scale<false>(d, e.kf);
+        p = hn::MulAdd(t, e.em1, t);
+        n = hn::ShiftRight<4>(hn::Sub(hn::BitCast(di, e.kf), hn::BitCast(di, hn::Set(d, C::shifter))));
+    } else
+#endif
+    {
+        p = exp_reduced(d, reduce(d, xc, kf));
+        n = hn::Sub(hn::BitCast(di, kf), hn::BitCast(di, hn::Set(d, C::shifter)));
+    }
     const auto n1 = hn::ShiftRight<1>(n);
     const auto n2 = hn::Sub(n, n1);
     const auto bias = hn::Set(di, C::exp_bias);
@@ -402,11 +476,11 @@ struct sigmoid_op {
     }
     template <class D, class V>
     static HWY_INLINE V fast(D d, V x) {
-        return sigmoid_finish(d, x, exp_fast(d, hn::Or(x, hn::SignBit(d))));
+        return sigmoid_finish(d, x, exp_fast<false>(d, hn::Or(x, hn::SignBit(d))));
     }
     template <class D, class V>
     static HWY_INLINE V slow(D d, V x) {
-        return sigmoid_finish(d, x, exp_slow(d, hn::Or(x, hn::SignBit(d))));  // NaN stays NaN
+        return sigmoid_finish(d, x, exp_slow<false>(d, hn::Or(x, hn::SignBit(d))));  // NaN stays NaN
     }
 };
 
