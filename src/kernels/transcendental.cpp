@@ -112,15 +112,16 @@ HWY_INLINE V exp_q(D d, V r) {
     }
 }
 
-// x = n ln2 + r with n = round(x log2e), |r| <= ln2/2 (a hair more without FMA). kf holds n in its low
-// mantissa bits (see tc::shifter).
-template <class D, class V>
+// x = n ln2/Parts + r with n = round(x Parts log2e), |r| <= ln2/(2 Parts) (a hair more without FMA). kf
+// holds n in its low mantissa bits (see tc::shifter). Parts, a power of two, scales the constants exactly.
+template <int Parts = 1, class D, class V>
 HWY_INLINE V reduce(D d, V x, V& kf) {
-    using C = tc<hn::TFromD<D>>;
-    kf = hn::MulAdd(x, hn::Set(d, C::log2e), hn::Set(d, C::shifter));
+    using T = hn::TFromD<D>;
+    using C = tc<T>;
+    kf = hn::MulAdd(x, hn::Set(d, C::log2e * T(Parts)), hn::Set(d, C::shifter));
     const V nf = hn::Sub(kf, hn::Set(d, C::shifter));
-    const V r = hn::NegMulAdd(nf, hn::Set(d, C::ln2_hi), x);
-    return hn::NegMulAdd(nf, hn::Set(d, C::ln2_lo), r);
+    const V r = hn::NegMulAdd(nf, hn::Set(d, C::ln2_hi / T(Parts)), x);
+    return hn::NegMulAdd(nf, hn::Set(d, C::ln2_lo / T(Parts)), r);
 }
 
 // e^r on the reduced range: 1 + r (1 + r q(r)).
@@ -172,11 +173,8 @@ struct exp16_parts {
 
 template <class D, class V>
 HWY_INLINE exp16_parts exp16_reduce(D d, V x) {
-    using C = tc<float>;
-    const V kf = hn::MulAdd(x, hn::Set(d, 16.0f * C::log2e), hn::Set(d, C::shifter));
-    const V kn = hn::Sub(kf, hn::Set(d, C::shifter));
-    V r = hn::NegMulAdd(kn, hn::Set(d, C::ln2_hi / 16.0f), x);  // exact product (ln2_hi has 9 bits)
-    r = hn::NegMulAdd(kn, hn::Set(d, C::ln2_lo / 16.0f), r);
+    V kf;
+    const V r = reduce<16>(d, x, kf);
     const V em1 = hn::Mul(
         r, hn::MulAdd(hn::MulAdd(hn::Set(d, 0x1.55576cp-3f), r, hn::Set(d, 0x1.00029ep-1f)), r, hn::Set(d, 1.0f)));
     return {kf, em1};
