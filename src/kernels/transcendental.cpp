@@ -166,18 +166,12 @@ HWY_INLINE V scale_by_pow2(D d, V p, V kf, V nf) {
 // error 2^-28.6; minimax with the script in docs/kernels-transcendental.md). That is seven FMA-unit ops
 // per vector instead of ten: the scaling by 2^n moves to the integer units. The rounded table adds at
 // most half an ULP; the exhaustive f32 sweep measures the whole kernel (see the docs).
-struct exp16_parts {
-    hn::Vec<hn::ScalableTag<float>> kf;   // shifter + k: k in the low mantissa bits
-    hn::Vec<hn::ScalableTag<float>> em1;  // e^r - 1
-};
-
+// e^r - 1 for x = k ln2/16 + r; kf holds k = 16 n + j in its low mantissa bits (as reduce's kf).
 template <class D, class V>
-HWY_INLINE exp16_parts exp16_reduce(D d, V x) {
-    V kf;
+HWY_INLINE V exp16_em1(D d, V x, V& kf) {
     const V r = reduce<16>(d, x, kf);
-    const V em1 = hn::Mul(
+    return hn::Mul(
         r, hn::MulAdd(hn::MulAdd(hn::Set(d, 0x1.55576cp-3f), r, hn::Set(d, 0x1.00029ep-1f)), r, hn::Set(d, 1.0f)));
-    return {kf, em1};
 }
 
 // 2^(j/16) for j = 0..15, rounded to f32 (as bits); `biased` subtracts j << 19 from each entry, so that
@@ -216,9 +210,10 @@ HWY_INLINE V exp_fast(D d, V x) {
 #if TENFERRO_TRANSCENDENTAL_AVX512
     if constexpr (Table && sizeof(hn::TFromD<D>) == 4) {
         // s = 2^n 2^(j/16) >= 2^-126 for x >= -87, and s e^r = s + s (e^r - 1) in one rounding.
-        const exp16_parts e = exp16_reduce(d, x);
-        const V s = exp16_scale<true>(d, e.kf);
-        return hn::MulAdd(s, e.em1, s);
+        V kf;
+        const V em1 = exp16_em1(d, x, kf);
+        const V s = exp16_scale<true>(d, kf);
+        return hn::MulAdd(s, em1, s);
     }
 #endif
     V kf;
@@ -234,23 +229,23 @@ HWY_INLINE V exp_slow(D d, V x) {
     using C = tc<hn::TFromD<D>>;
     const hn::RebindToSigned<D> di;
     const V xc = hn::Min(hn::Max(x, hn::Set(d, C::exp_lo)), hn::Set(d, C::exp_hi));
+    // The table form: kf holds k = 16 n + j, else n.
+    constexpr bool table = TENFERRO_TRANSCENDENTAL_AVX512 && Table && sizeof(hn::TFromD<D>) == 4;
     V kf;
     V p;
-    auto n = hn::Zero(di);
+    if constexpr (table) {
 #if TENFERRO_TRANSCENDENTAL_AVX512
-    if constexpr (Table && sizeof(hn::TFromD<D>) == 4) {
         // exp_fast's arithmetic at 2^0: p = 2^(j/16) e^r rounded once, so p 2^n gives exp_fast's bits
         // wherever both apply. n = k >> 4 (floor) is in [-151, 128].
-        const exp16_parts e = exp16_reduce(d, xc);
-        const V t = exp16_scale<false>(d, e.kf);
-        p = hn::MulAdd(t, e.em1, t);
-        n = hn::ShiftRight<4>(hn::Sub(hn::BitCast(di, e.kf), hn::BitCast(di, hn::Set(d, C::shifter))));
-    } else
+        const V em1 = exp16_em1(d, xc, kf);
+        const V t = exp16_scale<false>(d, kf);
+        p = hn::MulAdd(t, em1, t);
 #endif
-    {
+    } else {
         p = exp_reduced(d, reduce(d, xc, kf));
-        n = hn::Sub(hn::BitCast(di, kf), hn::BitCast(di, hn::Set(d, C::shifter)));
     }
+    auto n = hn::Sub(hn::BitCast(di, kf), hn::BitCast(di, hn::Set(d, C::shifter)));
+    if constexpr (table) n = hn::ShiftRight<4>(n);
     const auto n1 = hn::ShiftRight<1>(n);
     const auto n2 = hn::Sub(n, n1);
     const auto bias = hn::Set(di, C::exp_bias);
