@@ -127,7 +127,7 @@ HWY_INLINE void transpose_16x16(__m512 (&r)[16]) {
     }
 }
 
-// One full micro-panel of a row-major f32 A (mr rows of kc contiguous values, ars apart): the panel
+// One full micro-panel of a row-major A (mr rows of kc contiguous values, ars apart), f32: the panel
 // is that block transposed, so sixteen values of p at a time go through a register transpose and
 // leave as sixteen mr-value stores. The element-wise loop below is a scalar gather and was ~10% of
 // an n = 256 GEMM (AVX-512, Zen 5); this is a few times faster.
@@ -146,6 +146,52 @@ HWY_INLINE void pack_a_panel_rows(const float* src, std::int64_t ars, std::int64
         for (int j = 0; j < w; ++j) _mm512_mask_storeu_ps(o + j * mr, rows_mask, r[j]);
     }
 }
+
+// Transposes the 8 x 8 f64 block held in r[0..7] in place: 64-bit interleave of row pairs, then two
+// rounds of 128-bit lane shuffles. 24 shuffles for 64 values.
+HWY_INLINE void transpose_8x8(__m512d (&r)[8]) {
+    __m512d t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_pd(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_pd(r[i], r[i + 1]);
+    }
+    // u[4 g + m]: rows 4 g .. 4 g + 3 (in row pairs) of columns m' and m' + 4, m' = (0, 2, 1, 3)[m].
+    __m512d u[8];
+    for (int g = 0; g < 8; g += 4) {
+        u[g] = _mm512_shuffle_f64x2(t[g], t[g + 2], 0x88);
+        u[g + 1] = _mm512_shuffle_f64x2(t[g], t[g + 2], 0xDD);
+        u[g + 2] = _mm512_shuffle_f64x2(t[g + 1], t[g + 3], 0x88);
+        u[g + 3] = _mm512_shuffle_f64x2(t[g + 1], t[g + 3], 0xDD);
+    }
+    constexpr int first_col[4] = {0, 2, 1, 3};
+    for (int m = 0; m < 4; ++m) {
+        r[first_col[m]] = _mm512_shuffle_f64x2(u[m], u[4 + m], 0x88);
+        r[first_col[m] + 4] = _mm512_shuffle_f64x2(u[m], u[4 + m], 0xDD);
+    }
+}
+
+// The f64 panel: eight values of p at a time, rows 0-7 and rows 8..mr-1 (zero-padded to eight)
+// through one 8 x 8 transpose each.
+HWY_INLINE void pack_a_panel_rows(const double* src, std::int64_t ars, std::int64_t kc, double* dst) {
+    constexpr int mr = static_cast<int>(mr_rows);
+    static_assert(mr > 8 && mr <= 16, "a micro-panel column must fit two vectors");
+    constexpr __mmask8 upper_mask = static_cast<__mmask8>((1u << (mr - 8)) - 1);
+    for (std::int64_t p = 0; p < kc; p += 8) {
+        const int w = static_cast<int>(std::min<std::int64_t>(8, kc - p));
+        const __mmask8 cols_mask = static_cast<__mmask8>((1u << w) - 1);
+        __m512d lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) lo[i] = _mm512_maskz_loadu_pd(cols_mask, src + i * ars + p);
+        for (int i = 8; i < mr; ++i) hi[i - 8] = _mm512_maskz_loadu_pd(cols_mask, src + i * ars + p);
+        for (int i = mr; i < 16; ++i) hi[i - 8] = _mm512_setzero_pd();
+        transpose_8x8(lo);
+        transpose_8x8(hi);
+        double* o = dst + p * mr;
+        for (int j = 0; j < w; ++j) {
+            _mm512_storeu_pd(o + j * mr, lo[j]);
+            _mm512_mask_storeu_pd(o + j * mr + 8, upper_mask, hi[j]);
+        }
+    }
+}
 #else
 #define TENFERRO_GEMM_PACK_A_TRANSPOSE 0
 #endif
@@ -159,7 +205,7 @@ void pack_a_block(const T* a, std::int64_t ars, std::int64_t acs, std::int64_t r
         const std::int64_t h = std::min(mr, rows - i);
         const T* src = a + i * ars;
 #if TENFERRO_GEMM_PACK_A_TRANSPOSE
-        if constexpr (std::is_same_v<T, float>) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             if (acs == 1 && h == mr) {
                 pack_a_panel_rows(src, ars, kc, dst);
                 continue;
