@@ -192,6 +192,55 @@ HWY_INLINE void pack_a_panel_rows(const double* src, std::int64_t ars, std::int6
         }
     }
 }
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+#define TENFERRO_GEMM_PACK_A_TRANSPOSE 1
+// Transposes the 8 x 8 f32 block held in r[0..7] in place: 32-bit interleave of row pairs, 64-bit
+// selection of those (within each 128-bit half), then the halves. 24 shuffles for 64 values.
+HWY_INLINE void transpose_8x8(__m256 (&r)[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // s[4 g + m]: rows 4 g .. 4 g + 3 of column m (low half) and m + 4 (high half).
+    __m256 s[8];
+    for (int g = 0; g < 8; g += 4) {
+        s[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+        s[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+        s[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        s[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; ++m) {
+        r[m] = _mm256_permute2f128_ps(s[m], s[4 + m], 0x20);
+        r[m + 4] = _mm256_permute2f128_ps(s[m], s[4 + m], 0x31);
+    }
+}
+
+// The AVX2 f32 panel (mr = 6): eight values of p at a time through an 8 x 8 transpose (rows 6 and 7
+// zero), each column leaving as one 8-lane store at its place: the two lanes past the column land
+// on the next column's place and are overwritten by its store, or on the next panel's, packed
+// later. The panel's last column is stored as 4 + 2 lanes, so nothing is written past the panel;
+// a kc tail of fewer than eight values is gathered.
+HWY_INLINE void pack_a_panel_rows(const float* src, std::int64_t ars, std::int64_t kc, float* dst) {
+    constexpr int mr = static_cast<int>(mr_rows);
+    static_assert(mr == 6, "the 16-register targets' f32 tile is 6 rows tall");
+    std::int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        __m256 r[8];
+        for (int i = 0; i < mr; ++i) r[i] = _mm256_loadu_ps(src + i * ars + p);
+        for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
+        transpose_8x8(r);
+        float* o = dst + p * mr;
+        const int full = p + 8 == kc ? 7 : 8;
+        for (int j = 0; j < full; ++j) _mm256_storeu_ps(o + j * mr, r[j]);
+        if (full == 7) {
+            _mm_storeu_ps(o + 7 * mr, _mm256_castps256_ps128(r[7]));
+            _mm_storel_pi(reinterpret_cast<__m64*>(o + 7 * mr + 4), _mm256_extractf128_ps(r[7], 1));
+        }
+    }
+    for (; p < kc; ++p)
+        for (int i = 0; i < mr; ++i) dst[p * mr + i] = src[i * ars + p];
+}
 #else
 #define TENFERRO_GEMM_PACK_A_TRANSPOSE 0
 #endif
@@ -205,7 +254,7 @@ void pack_a_block(const T* a, std::int64_t ars, std::int64_t acs, std::int64_t r
         const std::int64_t h = std::min(mr, rows - i);
         const T* src = a + i * ars;
 #if TENFERRO_GEMM_PACK_A_TRANSPOSE
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if constexpr (std::is_same_v<T, float> || (std::is_same_v<T, double> && HWY_TARGET <= HWY_AVX3)) {
             if (acs == 1 && h == mr) {
                 pack_a_panel_rows(src, ars, kc, dst);
                 continue;
