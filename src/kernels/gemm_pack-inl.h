@@ -14,7 +14,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include <hwy/cache_control.h>
@@ -254,7 +253,8 @@ void pack_a_block(const T* a, std::int64_t ars, std::int64_t acs, std::int64_t r
         const std::int64_t h = std::min(mr, rows - i);
         const T* src = a + i * ars;
 #if TENFERRO_GEMM_PACK_A_TRANSPOSE
-        if constexpr (std::is_same_v<T, float> || (std::is_same_v<T, double> && HWY_TARGET <= HWY_AVX3)) {
+        // Whichever element types this target has a transposing panel packer for (see above).
+        if constexpr (requires(const T* s, T* o) { pack_a_panel_rows(s, ars, kc, o); }) {
             if (acs == 1 && h == mr) {
                 pack_a_panel_rows(src, ars, kc, dst);
                 continue;
