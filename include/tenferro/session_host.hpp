@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -21,6 +22,7 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/detail/entry_awaitable.hpp"
 #include "tenferro/detail/entry_op.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/execution_scope.hpp"
@@ -176,9 +178,17 @@ private:
     template <class Opener, class F, class CompletionToken>
     auto enter(Opener opener, session_options options, F&& f, CompletionToken&& token) {
         using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
-        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
-            std::forward<F>(f));
+        using token_type = std::decay_t<CompletionToken>;
+        if constexpr (detail::awaitable_entry_applies<token_type, F, Opener>) {
+            // co_await with the default token: an entry of its own that can
+            // return at once (entry_awaitable.hpp).
+            return detail::awaitable_entry<typename detail::awaitable_token_executor<token_type>::type>(
+                core_, options, std::move(opener), std::optional<std::decay_t<F>>(std::in_place, std::forward<F>(f)));
+        } else {
+            return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+                detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
+                std::forward<F>(f));
+        }
     }
 
     B backend_;  // declared first: destroyed after the core has stopped

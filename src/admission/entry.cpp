@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "tenferro/detail/entry_awaitable.hpp"
 #include "tenferro/detail/entry_op.hpp"
 
 #include "admission/fast_tls.hpp"
@@ -50,6 +51,21 @@ std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? "
 void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) {
     hand_off_unguarded(io, inline_completion_runner(c), /*may_dispatch=*/false);
 }
+
+namespace {
+// Inline fast-path entries returned on this thread since one last went
+// through the executor (entry_awaitable.hpp: fairness).
+TENFERRO_FAST_TLS constinit thread_local unsigned inline_returns_in_a_row = 0;
+constexpr unsigned inline_return_budget = 32;
+}  // namespace
+
+bool take_inline_return_budget() noexcept {
+    if (++inline_returns_in_a_row < inline_return_budget) return true;
+    inline_returns_in_a_row = 0;
+    return false;
+}
+
+void renew_inline_return_budget() noexcept { inline_returns_in_a_row = 0; }
 
 entry_base::entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept
     : core_(std::move(core)),

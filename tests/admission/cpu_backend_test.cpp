@@ -103,19 +103,94 @@ TEST_CASE("FIFO: waiting entries are admitted in initiation order (stepped io_co
     TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
-TEST_CASE("Caller placement admitted at once runs the body in the initiation, completes by post") {
+TEST_CASE("Caller placement admitted at once, a handler: the body runs in the initiation, completes by post") {
     asio::io_context io;
     test_host cpu({.permits = 1});
     std::vector<std::string> events;
+    asio::post(io, [&] {
+        events.push_back("initiate");
+        cpu.with_backend_session(
+            caller_placed, [&](test_session&) { events.push_back("body"); },
+            asio::bind_executor(
+                io, [&](std::exception_ptr, session_result<void> r) { events.push_back(r ? "completed" : "failed"); }));
+        events.push_back("returned");
+    });
+    io.poll_one();  // admission and the body happen inside the initiating function
+    CHECK(events == std::vector<std::string>{"initiate", "body", "returned"});
+    io.poll_one();  // the completion was posted, never invoked inside the initiating function
+    CHECK(events == std::vector<std::string>{"initiate", "body", "returned", "completed"});
+}
+
+TEST_CASE("Caller placement admitted at once, co_await: the value is returned to the coroutine without a post") {
+    // An awaiting coroutine already runs on its executor: nothing is posted
+    // (entry_awaitable.hpp), so a handler queued before the entry has not run
+    // when the coroutine resumes.
+    asio::io_context io;
+    test_host cpu({.permits = 1});
+    std::vector<std::string> events;
+    detail::testing_access::renew_inline_return_budget();
     spawn(io, [&]() -> asio::awaitable<void> {
         events.push_back("initiate");
-        co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("body"); });
-        events.push_back("resumed");
+        asio::post(io, [&] { events.push_back("queued before"); });
+        const session_result<int> r = co_await cpu.with_backend_session(caller_placed, [&](test_session&) {
+            events.push_back("body");
+            return 7;
+        });
+        events.push_back(r && *r == 7 ? "resumed with 7" : "resumed wrong");
     });
-    io.poll_one();  // runs the coroutine up to its co_await: admission and the body happen here
-    CHECK(events == std::vector<std::string>{"initiate", "body"});
-    io.poll_one();  // the completion was posted, never invoked inside the initiating function
-    CHECK(events == std::vector<std::string>{"initiate", "body", "resumed"});
+    io.poll_one();  // the coroutine runs through its co_await
+    CHECK(events == std::vector<std::string>{"initiate", "body", "resumed with 7"});
+    io.run();
+    CHECK(events.back() == "queued before");
+    CHECK(cpu.stats().available == 1);
+    TENFERRO_CHECK_SESSIONS_OPENED(cpu, 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
+}
+
+TEST_CASE("co_await fast path: a coroutine entering sessions in a loop still gives its thread back") {
+    // The fairness budget: at most 32 inline returns in a row on a thread,
+    // then one completion goes through the executor, so a handler queued
+    // behind the looping coroutine runs long before the loop ends.
+    asio::io_context io;
+    test_host cpu({.permits = 1});
+    int entered = 0;
+    int entered_when_other_ran = -1;
+    detail::testing_access::renew_inline_return_budget();
+    spawn(io, [&]() -> asio::awaitable<void> {
+        asio::post(io, [&] { entered_when_other_ran = entered; });
+        for (int i = 0; i < 200; ++i) {
+            const session_result<void> r = co_await cpu.with_backend_session(caller_placed, [&](test_session&) {});
+            if (r) ++entered;
+        }
+    });
+    io.poll_one();  // the coroutine runs until its budget sends one completion through the queue
+    CHECK(entered == 31);  // the 32nd body ran too; its completion is queued behind the handler
+    CHECK(entered_when_other_ran == -1);
+    io.poll_one();  // the handler queued first
+    CHECK(entered_when_other_ran == entered);
+    io.run();
+    CHECK(entered == 200);
+    CHECK(cpu.stats().available == 1);
+}
+
+TEST_CASE("co_await fast path: a body's exception is rethrown at the co_await, the permit is back") {
+    asio::io_context io;
+    test_host cpu({.permits = 1});
+    std::string caught;
+    std::size_t available_in_catch = 0;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        try {
+            co_await cpu.with_backend_session(caller_placed,
+                                              [](test_session&) -> int { throw std::runtime_error("boom"); });
+        } catch (const std::runtime_error& e) {
+            caught = e.what();
+            available_in_catch = cpu.stats().available;
+        }
+    });
+    io.poll_one();
+    CHECK(caught == "boom");
+    CHECK(available_in_catch == 1);
+    TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
 TEST_CASE("S17: bodies start in grant order, even when an earlier grantee initiates again inline") {
@@ -251,18 +326,15 @@ TEST_CASE("S17: the inline fast path stays when nothing granted earlier is pendi
     asio::io_context io;
     test_host cpu({.permits = 2});
     std::vector<std::string> events;
+    detail::testing_access::renew_inline_return_budget();
     spawn(io, [&]() -> asio::awaitable<void> {
         co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("first"); });
         events.push_back("between");
         co_await cpu.with_backend_session(caller_placed, [&](test_session&) { events.push_back("second"); });
         events.push_back("done");
     });
-    io.poll_one();  // first body inline in its initiation
-    CHECK(events == std::vector<std::string>{"first"});
-    io.poll_one();  // resumed by the posted completion; the second body inline again
-    CHECK(events == std::vector<std::string>{"first", "between", "second"});
-    io.run();
-    CHECK(events.back() == "done");
+    io.poll_one();  // both bodies inline, each value returned to the coroutine at once
+    CHECK(events == std::vector<std::string>{"first", "between", "second", "done"});
 }
 
 TEST_CASE("FIFO: no barging past a weighted head, which blocks later entries until satisfied") {

@@ -25,6 +25,10 @@ struct testing_access {
         host_access::core(host).pool().drop_next_for_testing(n);
     }
 
+    /// This thread's next 31 inline fast-path entries awaited with
+    /// use_awaitable return at once; the 32nd goes through the executor.
+    static void renew_inline_return_budget() noexcept { detail::renew_inline_return_budget(); }
+
     /// Claims `cache` as a session entry does; false if a session holds it.
     static bool try_claim(cpu_runtime_cache& cache) noexcept { return cache_access::try_claim(cache); }
     /// Gives `cache` back.

@@ -163,6 +163,8 @@ protected:
     static session_entry_error open_threw_error(std::string_view host) noexcept;
     /// The second argument of a completion whose body threw (it carries no value).
     static session_entry_error body_threw_error(std::string_view host) noexcept;
+    template <class F, class Opener>
+    friend struct inline_session;
 
     /// Records an admission failure, decided now (built here: two words, so
     /// that completing needs no host).
@@ -375,6 +377,124 @@ private:
 };
 
 // ---------------------------------------------------------------------------
+// The inline fast path: an entry admitted at once, on the caller's thread.
+// ---------------------------------------------------------------------------
+
+/// What the inline fast path does that does not depend on how the entry
+/// completes: whether an entry may take it, and the grant, session, body and
+/// release themselves. Its two users differ only in the completion:
+/// entry_op::try_run_inline posts it to the handler's executor;
+/// awaitable_entry (entry_awaitable.hpp) returns the value to the awaiting
+/// coroutine, which is already running on that executor.
+template <class F, class Opener>
+struct inline_session {
+    using session_type = typename Opener::session_type;
+    using traits = body_traits<F, session_type>;
+    using R = typename traits::value_type;
+    using result_type = session_result<R>;
+    using io_executor = asio::io_context::executor_type;
+
+    /// The io_context executor the body would run on inline, or null when the
+    /// entry cannot take the fast path: another placement, no io_context
+    /// behind `ex` or not on one of its threads, a body running on this thread
+    /// (re-entry, S7), an observer (its hooks run between grant and start),
+    /// permits out of range or a busy resource (the general path rejects
+    /// those). `ex` is the handler's associated executor (the awaiting
+    /// coroutine's, for use_awaitable).
+    template <class Executor>
+    static const io_executor* eligible(const Executor& ex, host_core& core, const session_options& options,
+                                       const Opener& opener) noexcept {
+        if (options.where != placement::caller || core.observer() != nullptr) return nullptr;
+        const io_executor* io = nullptr;
+        if constexpr (std::is_same_v<Executor, io_executor>) {
+            io = &ex;
+        } else {
+#if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
+            // (any_executor::target does not check the type itself.)
+            if (ex.target_type() != typeid(io_executor)) return nullptr;
+            io = ex.template target<io_executor>();
+#else
+            return nullptr;
+#endif
+        }
+        if (!io->running_in_this_thread() || current_sync_context() != nullptr) return nullptr;
+        if (options.permits == 0 || options.permits > core.queue().permits()) return nullptr;
+        if constexpr (requires { opener.busy_before_admission(); }) {
+            if (opener.busy_before_admission() != nullptr) return nullptr;
+        }
+        return io;
+    }
+
+    /// Grants the entry its permits if the queue would admit it at once and
+    /// let it start inline (permit_queue::try_acquire_inline: S4 and S17 in
+    /// one critical section), runs `fn` in a session on this thread, gives the
+    /// permits back and starts the waiters that now fit. Returns the outcome
+    /// (an exception of the body in `exception`), or nothing, having changed
+    /// nothing at all, when the queue refused: the entry then goes the general
+    /// way from the start. `fn` stays alive: its owner destroys it after this
+    /// returns, before the completion (the host may die with its captures).
+    static std::optional<result_type> admit_and_run(std::decay_t<F>& fn, host_core& core,
+                                                    const session_options& options, const Opener& opener,
+                                                    const io_executor& io, std::exception_ptr& exception) noexcept {
+        permit_queue& queue = core.queue();
+        permit_waiter waiter;
+        waiter.permits_ = options.permits;
+        if (!queue.try_acquire_inline(waiter)) return std::nullopt;
+        // Admitted: from here on the entry completes by this path, and its
+        // body starts now (the queue did not count it as unstarted).
+        std::optional<result_type> result(std::in_place, run(fn, core, opener, io, options.permits, exception));
+        permit_waiter* handoffs = nullptr;
+        waiter_list granted = queue.release(options.permits, &handoffs);
+        host_core::start_granted(std::move(granted), handoffs);
+        return result;
+    }
+
+private:
+    using base = entry_base;
+    static session_entry_error backend_rejection(std::string_view host, const session_entry_error& e) noexcept {
+        return base::backend_rejection(host, e);
+    }
+    static session_entry_error open_threw_error(std::string_view host) noexcept { return base::open_threw_error(host); }
+    static session_entry_error body_threw_error(std::string_view host) noexcept { return base::body_threw_error(host); }
+
+    /// The inline fast path's session: opened for the grant and closed before
+    /// the permits go back; a rejection or an exception from open_session is
+    /// counted and reported, and the body's outcome delivered, exactly as on
+    /// the general path (run_session, invoke_sync, take_result).
+    static result_type run(std::decay_t<F>& fn, host_core& core, const Opener& opener,
+                           const asio::io_context::executor_type& io, std::size_t permits,
+                           std::exception_ptr& exception) noexcept {
+        using opened_type = std::invoke_result_t<const Opener&, const session_grant&>;
+        using failure = tl::unexpected<session_entry_error>;
+        session_context ctx(context_kind::session, &core);
+        try {
+            const session_grant grant{permits, asio::any_io_executor(io)};
+            opened_type opened = opener(grant);
+            if (const session_entry_error* e = open_error(opened)) {
+                core.queue().note_rejected();
+                return result_type(failure(backend_rejection(core.name(), *e)));
+            }
+            const sync_context_marker marker(ctx);
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    std::invoke(fn, opened_session<session_type>(opened));
+                    return result_type();
+                } else {
+                    return result_type(tl::in_place, std::invoke(fn, opened_session<session_type>(opened)));
+                }
+            } catch (...) {
+                exception = std::current_exception();
+                return result_type(failure(body_threw_error(core.name())));
+            }
+        } catch (...) {
+            // Only opening the session can throw here.
+            core.queue().note_rejected();
+            return result_type(failure(open_threw_error(core.name())));
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------
 // The typed operation.
 // ---------------------------------------------------------------------------
 
@@ -385,6 +505,7 @@ class entry_op final : public entry_base {
     using traits = body_traits<F, arg_type>;
     using R = typename traits::value_type;
     using result_type = session_result<R>;
+    using here = inline_session<F, Opener>;
     // The handler's own allocator if it names one, else our per-thread cache.
     using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
     using allocator_type = op_allocator_t<entry_op, Handler>;
@@ -454,23 +575,10 @@ public:
     static bool try_run_inline(H&& handler, G&& body, const std::shared_ptr<host_core>& core_ptr,
                                const session_options& options, const Opener& opener) {
         host_core& core = *core_ptr;
-        if (options.where != placement::caller || core.observer() != nullptr) return false;
-        using io_executor = asio::io_context::executor_type;
+        // `ex` outlives `io`, which may point into it (any_io_executor::target).
         const handler_executor ex = asio::get_associated_executor(handler);
-        const io_executor* io = nullptr;
-        if constexpr (std::is_same_v<handler_executor, io_executor>) {
-            io = &ex;
-        } else {
-            // (any_executor::target does not check the type itself.)
-            if (ex.target_type() != typeid(io_executor)) return false;
-            io = ex.template target<io_executor>();
-        }
-        if (!io->running_in_this_thread() || current_sync_context() != nullptr) return false;
-        permit_queue& queue = core.queue();
-        if (options.permits == 0 || options.permits > queue.permits()) return false;
-        if constexpr (requires { opener.busy_before_admission(); }) {
-            if (opener.busy_before_admission() != nullptr) return false;
-        }
+        const asio::io_context::executor_type* io = here::eligible(ex, core, options, opener);
+        if (io == nullptr) return false;
 
         Handler own_handler(std::forward<H>(handler));
         // The body is invoked as the general path's own copy is, and lives as
@@ -479,26 +587,18 @@ public:
         // not destroy it while this entry still holds permits: its destructor
         // waits for them (wait_until_idle), on this very thread.
         std::optional<std::decay_t<F>> fn(std::in_place, std::forward<G>(body));
-        permit_waiter waiter;
-        waiter.permits_ = options.permits;
-        if (!queue.try_acquire_inline(waiter)) {
+        std::exception_ptr exception;
+        std::optional<result_type> result = here::admit_and_run(*fn, core, options, opener, *io, exception);
+        if (!result) {
             launch(std::move(own_handler), std::move(*fn), core_ptr, options, opener);
             return true;
         }
-
-        // Admitted: from here on the entry completes by this path, and its
-        // body starts now (the queue did not count it as unstarted).
-        std::exception_ptr exception;
-        result_type result = run_inline(*fn, core, opener, *io, options.permits, exception);
-        permit_waiter* handoffs = nullptr;
-        waiter_list granted = queue.release(options.permits, &handoffs);
-        host_core::start_granted(std::move(granted), handoffs);
         // From here on neither the host nor its queue is touched: the body's
         // captures may destroy the host right now.
         fn.reset();
         try {
             post_inline_completion(*io, inline_completion_for<Handler, result_type>::make(
-                                            std::move(own_handler), std::move(exception), std::move(result)));
+                                            std::move(own_handler), std::move(exception), std::move(*result)));
         } catch (...) {
             // The executor refused the completion (out of memory), or the
             // handler's move threw: as on the general path, nobody can be told.
@@ -523,42 +623,6 @@ public:
     }
 
 private:
-    /// The inline fast path's session: opened for the grant and closed before
-    /// the permits go back; a rejection or an exception from open_session is
-    /// counted and reported, and the body's outcome delivered, exactly as on
-    /// the general path (run_session, invoke_sync, take_result).
-    static result_type run_inline(std::decay_t<F>& fn, host_core& core, const Opener& opener,
-                                  const asio::io_context::executor_type& io, std::size_t permits,
-                                  std::exception_ptr& exception) noexcept {
-        using opened_type = std::invoke_result_t<const Opener&, const session_grant&>;
-        using failure = tl::unexpected<session_entry_error>;
-        session_context ctx(context_kind::session, &core);
-        try {
-            const session_grant grant{permits, asio::any_io_executor(io)};
-            opened_type opened = opener(grant);
-            if (const session_entry_error* e = open_error(opened)) {
-                core.queue().note_rejected();
-                return result_type(failure(backend_rejection(core.name(), *e)));
-            }
-            const sync_context_marker marker(ctx);
-            try {
-                if constexpr (std::is_void_v<R>) {
-                    std::invoke(fn, opened_session<session_type>(opened));
-                    return result_type();
-                } else {
-                    return result_type(tl::in_place, std::invoke(fn, opened_session<session_type>(opened)));
-                }
-            } catch (...) {
-                exception = std::current_exception();
-                return result_type(failure(body_threw_error(core.name())));
-            }
-        } catch (...) {
-            // Only opening the session can throw here.
-            core.queue().note_rejected();
-            return result_type(failure(open_threw_error(core.name())));
-        }
-    }
-
     struct cancel_handler {
         explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
@@ -817,12 +881,16 @@ struct initiate_entry {
     std::shared_ptr<host_core> core;
     session_options options;
     Opener opener;
+    // False when the caller has just asked the queue for an inline grant and
+    // was refused (awaitable_entry): not asking again saves a lock.
+    bool try_inline = true;
 
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
         if constexpr (op::inline_candidate) {
-            if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
+            if (try_inline &&
+                op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
                 return;
         }
         op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
