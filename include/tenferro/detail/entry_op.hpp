@@ -450,13 +450,6 @@ struct inline_session {
     }
 
 private:
-    using base = entry_base;
-    static session_entry_error backend_rejection(std::string_view host, const session_entry_error& e) noexcept {
-        return base::backend_rejection(host, e);
-    }
-    static session_entry_error open_threw_error(std::string_view host) noexcept { return base::open_threw_error(host); }
-    static session_entry_error body_threw_error(std::string_view host) noexcept { return base::body_threw_error(host); }
-
     /// The inline fast path's session: opened for the grant and closed before
     /// the permits go back; a rejection or an exception from open_session is
     /// counted and reported, and the body's outcome delivered, exactly as on
@@ -472,7 +465,7 @@ private:
             opened_type opened = opener(grant);
             if (const session_entry_error* e = open_error(opened)) {
                 core.queue().note_rejected();
-                return result_type(failure(backend_rejection(core.name(), *e)));
+                return result_type(failure(entry_base::backend_rejection(core.name(), *e)));
             }
             const sync_context_marker marker(ctx);
             try {
@@ -484,12 +477,12 @@ private:
                 }
             } catch (...) {
                 exception = std::current_exception();
-                return result_type(failure(body_threw_error(core.name())));
+                return result_type(failure(entry_base::body_threw_error(core.name())));
             }
         } catch (...) {
             // Only opening the session can throw here.
             core.queue().note_rejected();
-            return result_type(failure(open_threw_error(core.name())));
+            return result_type(failure(entry_base::open_threw_error(core.name())));
         }
     }
 };
