@@ -180,15 +180,18 @@ private:
         using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
         using token_type = std::decay_t<CompletionToken>;
         if constexpr (detail::awaitable_entry_applies<token_type, F, Opener>) {
-            // co_await with the default token: an entry of its own that can
-            // return at once (entry_awaitable.hpp).
-            return detail::awaitable_entry<typename detail::awaitable_token_executor<token_type>::type>(
-                core_, options, std::move(opener), std::optional<std::decay_t<F>>(std::in_place, std::forward<F>(f)));
-        } else {
-            return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-                detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
-                std::forward<F>(f));
+            // co_await with the default token, an entry likely admitted at
+            // once: an entry of its own that can return in place
+            // (entry_awaitable.hpp). One likely to wait takes the plain
+            // operation below, and parks without that coroutine's frame.
+            if (detail::inline_session<std::decay_t<F>, Opener>::worth_awaitable_entry(*core_, options, opener))
+                return detail::awaitable_entry<typename detail::awaitable_token_executor<token_type>::type>(
+                    core_, options, std::move(opener),
+                    std::optional<std::decay_t<F>>(std::in_place, std::forward<F>(f)));
         }
+        return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
+            detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
+            std::forward<F>(f));
     }
 
     B backend_;  // declared first: destroyed after the core has stopped

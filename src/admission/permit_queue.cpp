@@ -3,7 +3,7 @@
 namespace tenferro::detail {
 
 permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters) noexcept
-    : permits_(permits), max_waiters_(max_waiters), available_(permits) {}
+    : permits_(permits), max_waiters_(max_waiters), available_(permits), at_once_hint_(permits) {}
 
 acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear) {
     std::lock_guard lock(mutex_);
@@ -26,6 +26,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
         const bool start_inline =
             start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ && nothing_unstarted_locked();
         grant_locked(w, start_inline, !start_inline);
+        publish_hint_locked();
         return start_inline ? acquire_outcome::granted_inline : acquire_outcome::granted;
     }
     if (!may_wait) {
@@ -38,6 +39,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
     }
     w.state_ = permit_waiter::state::waiting;
     waiters_.push_back(w);
+    publish_hint_locked();
     return acquire_outcome::queued;
 }
 
@@ -48,6 +50,7 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
         !admits_at_once_locked(w) || !nothing_unstarted_locked())
         return false;
     available_ -= w.permits_;
+    publish_hint_locked();
     w.state_ = permit_waiter::state::granted;
     ++admitted_;
     // Not counted as unstarted, unlike acquire's granted_inline: that count
@@ -194,6 +197,7 @@ waiter_list permit_queue::release(std::size_t n, permit_waiter** handoffs) {
     ++completed_;
     if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
         grant_fitting_locked(granted, handoffs);
+    publish_hint_locked();
     if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
     return granted;
 }
@@ -207,6 +211,7 @@ bool permit_queue::cancel(permit_waiter& w, waiter_list& granted, permit_waiter*
     ++cancelled_;
     if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
         grant_fitting_locked(granted, handoffs);
+    publish_hint_locked();
     return true;
 }
 
@@ -217,6 +222,7 @@ waiter_list permit_queue::drain_locked() {
         ++rejected_;
         drained.push_back(*w);
     }
+    publish_hint_locked();
     return drained;
 }
 

@@ -63,6 +63,17 @@ struct awaitable_token_executor<asio::use_awaitable_t<Executor>> {
     using type = Executor;
 };
 
+/// The general operation of an entry awaited with `use_awaitable_t<Executor>`
+/// (awaitable_entry's way when it does not return in place); `TryInline`:
+/// whether the initiation may still try the inline fast path.
+template <bool TryInline, class Executor, class R, class Opener, class F>
+asio::awaitable<session_result<R>, Executor> general_entry(std::shared_ptr<host_core> core, session_options options,
+                                                           Opener opener, F&& fn) {
+    return asio::async_initiate<const asio::use_awaitable_t<Executor>&, entry_signature<R>>(
+        initiate_entry<entry_kind::session, Opener, TryInline>{std::move(core), options, std::move(opener)},
+        asio::use_awaitable_t<Executor>{}, std::forward<F>(fn));
+}
+
 // GCC 12 gives a coroutine's frame the linkage of the function template, and
 // then warns that a frame holding a body type from an anonymous namespace
 // (a test's lambda) "uses the anonymous namespace" — a false alarm for a type
@@ -98,13 +109,13 @@ asio::awaitable<session_result<typename inline_session<F, Opener>::R>, Executor>
             queue_asked = true;
         }
     }
-    // Named, not temporaries of the co_await expression: GCC 12 destroys
-    // some temporaries of a co_await full-expression twice (here the
-    // initiation's shared_ptr, a use-after-free of the host core).
-    initiate_entry<entry_kind::session, Opener> initiation{std::move(core), options, std::move(opener), !queue_asked};
-    const asio::use_awaitable_t<Executor> token{};
-    auto operation = asio::async_initiate<const asio::use_awaitable_t<Executor>&, entry_signature<R>>(
-        std::move(initiation), token, std::move(*fn));
+    // Built by a plain function, not as temporaries of the co_await
+    // expression: GCC 12 destroys some temporaries of a co_await
+    // full-expression twice (here the initiation's shared_ptr, a
+    // use-after-free of the host core).
+    auto operation =
+        queue_asked ? general_entry<false, Executor, R>(std::move(core), options, std::move(opener), std::move(*fn))
+                    : general_entry<true, Executor, R>(std::move(core), options, std::move(opener), std::move(*fn));
     co_return co_await std::move(operation);
 }
 

@@ -404,7 +404,7 @@ struct inline_session {
     template <class Executor>
     static const io_executor* eligible(const Executor& ex, host_core& core, const session_options& options,
                                        const Opener& opener) noexcept {
-        if (options.where != placement::caller || core.observer() != nullptr) return nullptr;
+        if (!eligible_but_for_executor(core, options, opener)) return nullptr;
         const io_executor* io = nullptr;
         if constexpr (std::is_same_v<Executor, io_executor>) {
             io = &ex;
@@ -417,12 +417,20 @@ struct inline_session {
             return nullptr;
 #endif
         }
-        if (!io->running_in_this_thread() || current_sync_context() != nullptr) return nullptr;
-        if (options.permits == 0 || options.permits > core.queue().permits()) return nullptr;
-        if constexpr (requires { opener.busy_before_admission(); }) {
-            if (opener.busy_before_admission() != nullptr) return nullptr;
-        }
-        return io;
+        return io->running_in_this_thread() ? io : nullptr;
+    }
+
+    /// Whether an entry awaited with use_awaitable is worth the coroutine of
+    /// its own (awaitable_entry) that returning its value in place needs:
+    /// eligible()'s checks that need no executor, and the queue's hint that it
+    /// would admit the entry at once. An entry that will wait takes the plain
+    /// operation instead, so that, parked, it holds no coroutine frame more
+    /// than the same coroutine parked on an Asio timer (issue 14's memory row).
+    /// Only a guess (the awaitable is lazy, the queue moves): awaitable_entry
+    /// decides again when it runs, and a wrong guess costs a frame or a post,
+    /// never order.
+    static bool worth_awaitable_entry(host_core& core, const session_options& options, const Opener& opener) noexcept {
+        return eligible_but_for_executor(core, options, opener) && core.queue().likely_admits_at_once(options.permits);
     }
 
     /// Grants the entry its permits if the queue would admit it at once and
@@ -450,6 +458,18 @@ struct inline_session {
     }
 
 private:
+    /// eligible()'s checks that need no executor.
+    static bool eligible_but_for_executor(host_core& core, const session_options& options,
+                                          const Opener& opener) noexcept {
+        if (options.where != placement::caller || core.observer() != nullptr) return false;
+        if (current_sync_context() != nullptr) return false;
+        if (options.permits == 0 || options.permits > core.queue().permits()) return false;
+        if constexpr (requires { opener.busy_before_admission(); }) {
+            if (opener.busy_before_admission() != nullptr) return false;
+        }
+        return true;
+    }
+
     /// The inline fast path's session: opened for the grant and closed before
     /// the permits go back; a rejection or an exception from open_session is
     /// counted and reported, and the body's outcome delivered, exactly as on
@@ -868,22 +888,23 @@ private:
     std::exception_ptr exception_;
 };
 
-/// The initiation object handed to `asio::async_initiate`.
-template <entry_kind Kind, class Opener>
+/// The initiation object handed to `asio::async_initiate`. `TryInline` is
+/// false when the caller has just asked the queue for an inline grant and was
+/// refused (awaitable_entry): not asking again saves a lock. A template
+/// parameter, not a member: with use_awaitable, Asio's initiation frame holds
+/// this object for as long as the entry is parked, and a flag would add a word
+/// to every parked entry.
+template <entry_kind Kind, class Opener, bool TryInline = true>
 struct initiate_entry {
     std::shared_ptr<host_core> core;
     session_options options;
     Opener opener;
-    // False when the caller has just asked the queue for an inline grant and
-    // was refused (awaitable_entry): not asking again saves a lock.
-    bool try_inline = true;
 
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
-        if constexpr (op::inline_candidate) {
-            if (try_inline &&
-                op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
+        if constexpr (op::inline_candidate && TryInline) {
+            if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
                 return;
         }
         op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);

@@ -233,6 +233,15 @@ public:
     /// there is none (the role, if held, is then given up).
     permit_waiter* next_handoffs(bool has_role = true);
 
+    /// A hint, stale as soon as it is read: whether a newcomer asking for `n`
+    /// permits would be admitted at once (nobody waits and `n` are free).
+    /// Only for choices where a wrong guess costs speed or a few bytes, never
+    /// order: session_host::enter picks the shape of an awaited entry with it;
+    /// admission itself decides under the lock.
+    bool likely_admits_at_once(std::size_t n) const noexcept {
+        return at_once_hint_.load(std::memory_order_relaxed) >= n;
+    }
+
     /// Lock-free reads, for checks on the way to a body's start (S18).
     bool poisoned() const noexcept { return poisoned_.load(std::memory_order_acquire); }
     bool is_shut_down() const noexcept { return shut_down_.load(std::memory_order_acquire); }
@@ -256,6 +265,11 @@ private:
         return handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
     }
     void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
+    /// Refreshes likely_admits_at_once's hint; called by every locked
+    /// operation that changes the free permits or the waiters.
+    void publish_hint_locked() noexcept {
+        at_once_hint_.store(waiters_.empty() ? available_ : 0, std::memory_order_relaxed);
+    }
     /// Grants `w` its permits (already taken from available_). A waiter that
     /// starts on its caller joins the hand-off list (`ready`: may be handed off
     /// at once), unless `listed` is false (an inline start, see acquire).
@@ -278,6 +292,9 @@ private:
     // Incremented under the lock (so a grant sees every earlier grant's count),
     // decremented without it by note_started (a stale read only costs a post).
     std::atomic<std::size_t> unstarted_{0};
+    // likely_admits_at_once's hint: the free permits when nobody waits, else
+    // 0. Written under the lock, read without it.
+    std::atomic<std::size_t> at_once_hint_;
     // The hand-off list (S17), and whether a thread is handing off from it.
     permit_waiter* handoff_head_ = nullptr;
     permit_waiter* handoff_tail_ = nullptr;
