@@ -413,3 +413,52 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
     CHECK(cnt.available == 2);
     CHECK(cnt.admitted == cnt.completed);
 }
+
+TEST_CASE("permit_queue's at-once hint follows the free permits and the waiters through every operation") {
+    // The hint session_host::enter reads without the lock to shape an awaited
+    // entry: the free permits while nobody waits, else none.
+    permit_queue q(2, 100);
+    CHECK(q.likely_admits_at_once(1));
+    CHECK(q.likely_admits_at_once(2));
+    CHECK_FALSE(q.likely_admits_at_once(3));
+
+    node a(1, 1);
+    REQUIRE(q.acquire(a, true) == acquire_outcome::granted);
+    CHECK(q.likely_admits_at_once(1));
+    CHECK_FALSE(q.likely_admits_at_once(2));
+
+    node heavy(2, 2);
+    REQUIRE(q.acquire(heavy, true) == acquire_outcome::queued);
+    // One permit is free, but a waiter is ahead of any newcomer (S4).
+    CHECK_FALSE(q.likely_admits_at_once(1));
+
+    waiter_list granted;
+    REQUIRE(q.cancel(heavy, granted));
+    CHECK(q.likely_admits_at_once(1));
+    CHECK_FALSE(q.likely_admits_at_once(2));
+
+    node b(1, 3);
+    REQUIRE(q.try_acquire_inline(b));
+    CHECK_FALSE(q.likely_admits_at_once(1));
+    node c(1, 4);
+    REQUIRE(q.acquire(c, true) == acquire_outcome::queued);
+    CHECK(ids(q.release(1)) == std::vector<int>{4});  // b's permit goes to c
+    CHECK_FALSE(q.likely_admits_at_once(1));
+    CHECK(ids(q.release(1)).empty());  // a's
+    CHECK(q.likely_admits_at_once(1));
+    CHECK(ids(q.release(1)).empty());  // c's
+    CHECK(q.likely_admits_at_once(2));
+
+    // Poisoning drains the waiters; the hint then says what the permits say,
+    // and the queue itself refuses (the hint never decides admission).
+    node d(2, 5), e(1, 6);
+    REQUIRE(q.acquire(d, true) == acquire_outcome::granted);
+    REQUIRE(q.acquire(e, true) == acquire_outcome::queued);
+    CHECK_FALSE(q.likely_admits_at_once(1));
+    CHECK(ids(q.poison()) == std::vector<int>{6});
+    CHECK_FALSE(q.likely_admits_at_once(1));
+    q.release(2);
+    CHECK(q.likely_admits_at_once(2));
+    node f(1, 7);
+    CHECK(q.acquire(f, true) == acquire_outcome::poisoned);
+}
