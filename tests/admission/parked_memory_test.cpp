@@ -15,7 +15,7 @@
 // block: Asio's coroutine frames and recycled operations come from
 // aligned_alloc, not operator new. Not under a sanitizer, whose runtime owns
 // malloc: there the test still parks and drains every entry, but counts
-// nothing (the release stage of .ci/run checks the count).
+// nothing (.ci/run's release and clang stages count).
 
 #include <atomic>
 #include <cerrno>
@@ -29,10 +29,11 @@
 #include "test_host.hpp"
 #include "test_support.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_HWADDRESS__)
 #define TENFERRO_TEST_COUNT_BLOCKS 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(hwaddress_sanitizer)
 #define TENFERRO_TEST_COUNT_BLOCKS 0
 #endif
 #endif
@@ -112,24 +113,28 @@ struct park_outcome {
 /// Spawns `n` coroutines on one io_context that each park once, on the
 /// admission queue of a host whose only permit an asynchronous body holds
 /// (entries awaited with the default token, `where`-placed), or on a timer;
-/// counts the heap blocks that spawning and parking them all allocates, then lets them
-/// all complete.
+/// counts the heap blocks that spawning and parking them all allocates, then
+/// lets them all complete. Everything but the parked entries' bodies runs on this
+/// thread: the holder is caller-placed, so that its wait on `release` and the
+/// timer parks share the timer on one thread (a steady_timer is not
+/// thread-safe).
 park_outcome park(park_on on, placement where, std::size_t n) {
     asio::io_context io;
     test_host host({.permits = 1});
     asio::steady_timer release(io, std::chrono::hours(1));
-    bool held = false;
+    std::atomic<bool> held{false};
     park_outcome out;
 
     spawn(io, [&]() -> asio::awaitable<void> {
-        co_await host.with_backend_session([&](test_session&) -> asio::awaitable<int> {
+        const session_options holder{1, wait_policy::fifo, placement::caller};
+        co_await host.with_backend_session(holder, [&](test_session&) -> asio::awaitable<int> {
             held = true;
             tenferro::asio_error_code ec;
             co_await release.async_wait(asio::redirect_error(asio::use_awaitable, ec));
             co_return 0;
         });
     });
-    if (!run_until(io, [&] { return held; })) return out;
+    if (!run_until(io, [&] { return held.load(); })) return out;
 
     const session_options options{1, wait_policy::fifo, where};
     std::size_t started = 0;
@@ -179,12 +184,17 @@ TEST_CASE("A parked entry holds no heap block more than the same coroutine parke
                                 << timer.blocks << " (" << timer.bytes << " B)");
         // Per parked entry: the coroutine's frame, co_spawn's, Asio's
         // initiation frame and the operation, on either side. A block more
-        // per entry would be n more; a few fixed ones are allowed. Bytes:
+        // per entry would be n more; fixed ones and one-in-eight are allowed
+        // (other compilers and Asio versions recycle differently). Bytes:
         // admission's own share is ~160 B per entry (issue 14's target, met
         // with GCC 12 at 160 B); the bound leaves room for other compilers
         // and Asio versions and still catches a frame more (~400 B).
         if (TENFERRO_TEST_COUNT_BLOCKS) {
-            CHECK(entries.blocks <= timer.blocks + 8);
+            // The count works: each timer park alone needs its coroutine's
+            // frame and co_spawn's (were the interposition bypassed, both
+            // counts would be 0 and the bounds below would hold vacuously).
+            REQUIRE(timer.blocks >= 2 * n);
+            CHECK(entries.blocks <= timer.blocks + n / 8);
             CHECK(entries.bytes <= timer.bytes + 256 * n);
         } else
             WARN("built with a sanitizer: heap blocks not counted");

@@ -449,8 +449,8 @@ TEST_CASE("permit_queue's at-once hint follows the free permits and the waiters 
     CHECK(ids(q.release(1)).empty());  // c's
     CHECK(q.likely_admits_at_once(2));
 
-    // Poisoning drains the waiters; the hint then says what the permits say,
-    // and the queue itself refuses (the hint never decides admission).
+    // A poisoned or shut-down queue admits nobody, and its hint says so
+    // even with every permit free (the queue itself refuses regardless).
     node d(2, 5), e(1, 6);
     REQUIRE(q.acquire(d, true) == acquire_outcome::granted);
     REQUIRE(q.acquire(e, true) == acquire_outcome::queued);
@@ -458,7 +458,12 @@ TEST_CASE("permit_queue's at-once hint follows the free permits and the waiters 
     CHECK(ids(q.poison()) == std::vector<int>{6});
     CHECK_FALSE(q.likely_admits_at_once(1));
     q.release(2);
-    CHECK(q.likely_admits_at_once(2));
+    CHECK_FALSE(q.likely_admits_at_once(1));
     node f(1, 7);
     CHECK(q.acquire(f, true) == acquire_outcome::poisoned);
+
+    permit_queue s(1, 100);
+    REQUIRE(s.likely_admits_at_once(1));
+    CHECK(ids(s.shut_down()).empty());
+    CHECK_FALSE(s.likely_admits_at_once(1));
 }

@@ -234,7 +234,8 @@ public:
     permit_waiter* next_handoffs(bool has_role = true);
 
     /// A hint, stale as soon as it is read: whether a newcomer asking for `n`
-    /// permits would be admitted at once (nobody waits and `n` are free).
+    /// permits would be admitted at once (nobody waits, `n` are free, and the
+    /// queue is neither poisoned nor shut down).
     /// Only for choices where a wrong guess costs speed or a few bytes, never
     /// order: session_host::enter picks the shape of an awaited entry with it;
     /// admission itself decides under the lock.
@@ -266,9 +267,13 @@ private:
     }
     void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
     /// Refreshes likely_admits_at_once's hint; called by every locked
-    /// operation that changes the free permits or the waiters.
+    /// operation that changes the free permits, the waiters or whether the
+    /// queue admits at all. Stored only when it changes: enter() reads it on
+    /// every thread, and a store would take its cache line from them.
     void publish_hint_locked() noexcept {
-        at_once_hint_.store(waiters_.empty() ? available_ : 0, std::memory_order_relaxed);
+        const bool admits = !poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed);
+        const std::size_t hint = admits && waiters_.empty() ? available_ : 0;
+        if (at_once_hint_.load(std::memory_order_relaxed) != hint) at_once_hint_.store(hint, std::memory_order_relaxed);
     }
     /// Grants `w` its permits (already taken from available_). A waiter that
     /// starts on its caller joins the hand-off list (`ready`: may be handed off
@@ -292,8 +297,9 @@ private:
     // Incremented under the lock (so a grant sees every earlier grant's count),
     // decremented without it by note_started (a stale read only costs a post).
     std::atomic<std::size_t> unstarted_{0};
-    // likely_admits_at_once's hint: the free permits when nobody waits, else
-    // 0. Written under the lock, read without it.
+    // likely_admits_at_once's hint: the free permits when nobody waits and
+    // the queue admits (not poisoned, not shut down), else 0. Written under
+    // the lock, read without it.
     std::atomic<std::size_t> at_once_hint_;
     // The hand-off list (S17), and whether a thread is handing off from it.
     permit_waiter* handoff_head_ = nullptr;
