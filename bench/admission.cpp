@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -36,6 +35,8 @@
 #include <asio/redirect_error.hpp>
 #include <tenferro/tenferro.hpp>
 
+#include "malloc_interpose.hpp"
+
 namespace tf = tenferro;
 using clock_type = std::chrono::steady_clock;
 
@@ -45,18 +46,9 @@ using clock_type = std::chrono::steady_clock;
 // coroutine-frame memory bypasses operator new (it calls aligned_alloc), so
 // counting operator new alone would miss exactly what we want to see. The
 // counters move only while `g_counting` is set, i.e. in a measured window.
+// The replacements are tests/support/malloc_interpose.hpp's; they are off
+// under sanitizers, whose runtimes own malloc themselves.
 // ---------------------------------------------------------------------------
-// Off under sanitizers, whose runtimes own malloc themselves.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TENFERRO_BENCH_COUNT_ALLOCS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define TENFERRO_BENCH_COUNT_ALLOCS 0
-#endif
-#endif
-#ifndef TENFERRO_BENCH_COUNT_ALLOCS
-#define TENFERRO_BENCH_COUNT_ALLOCS 1
-#endif
 
 namespace {
 constinit std::atomic<bool> g_counting{false};
@@ -74,7 +66,7 @@ constinit std::atomic<std::uint64_t> g_hist[hist_buckets] = {};
 }
 
 void print_alloc_histogram(const char* what) {
-    if (!TENFERRO_BENCH_COUNT_ALLOCS || std::getenv("TENFERRO_BENCH_ALLOC_HIST") == nullptr) return;
+    if (!TENFERRO_MALLOC_INTERPOSED || std::getenv("TENFERRO_BENCH_ALLOC_HIST") == nullptr) return;
     std::fprintf(stderr, "allocation sizes (%s):", what);
     for (std::size_t i = 0; i < hist_buckets; ++i)
         if (const auto n = g_hist[i].load())
@@ -86,48 +78,8 @@ void reset_alloc_histogram() {
 }
 }  // namespace
 
-#if TENFERRO_BENCH_COUNT_ALLOCS
-// glibc's own entry points; the replacements below forward to them, so every
-// other allocator function of glibc (malloc_usable_size, mallinfo2, ...) stays
-// consistent with these.
-extern "C" {
-void* __libc_malloc(std::size_t) noexcept;
-void __libc_free(void*) noexcept;
-void* __libc_calloc(std::size_t, std::size_t) noexcept;
-void* __libc_realloc(void*, std::size_t) noexcept;
-void* __libc_memalign(std::size_t, std::size_t) noexcept;
-
-void* malloc(std::size_t n) noexcept {
-    note_alloc(n);
-    return __libc_malloc(n);
-}
-void free(void* p) noexcept { __libc_free(p); }
-void* calloc(std::size_t a, std::size_t b) noexcept {
-    note_alloc(a * b);
-    return __libc_calloc(a, b);
-}
-void* realloc(void* p, std::size_t n) noexcept {
-    note_alloc(n);
-    return __libc_realloc(p, n);
-}
-void* memalign(std::size_t al, std::size_t n) noexcept {
-    note_alloc(n);
-    return __libc_memalign(al, n);
-}
-void* aligned_alloc(std::size_t al, std::size_t n) noexcept {
-    note_alloc(n);
-    return __libc_memalign(al, n);
-}
-int posix_memalign(void** out, std::size_t al, std::size_t n) noexcept {
-    if (al < sizeof(void*) || (al & (al - 1)) != 0) return EINVAL;
-    note_alloc(n);
-    void* p = __libc_memalign(al, n);
-    if (p == nullptr) return ENOMEM;
-    *out = p;
-    return 0;
-}
-}
-#endif
+// The process-wide replacements of malloc and its kin report here.
+void tenferro::malloc_interpose::on_block(std::size_t n) noexcept { note_alloc(n); }
 
 namespace {
 
@@ -487,7 +439,7 @@ int run_throughput(const config& cfg) {
                 static_cast<unsigned long long>(fifo.violations),
                 static_cast<unsigned long long>(fifo.violations_same_thread),
                 static_cast<unsigned long long>(fifo.max_inversion));
-    if (TENFERRO_BENCH_COUNT_ALLOCS && s.counting_started.load() && counted_entries > 0)
+    if (TENFERRO_MALLOC_INTERPOSED && s.counting_started.load() && counted_entries > 0)
         std::printf(",\"allocs_per_entry\":%.3f,\"alloc_bytes_per_entry\":%.1f",
                     static_cast<double>(allocs) / static_cast<double>(counted_entries),
                     static_cast<double>(bytes) / static_cast<double>(counted_entries));
@@ -699,7 +651,7 @@ int run_waiters(const config& cfg) {
         print_common(cfg, b->drain_s, n, percentiles{b->p50, b->p99});
         std::printf(",\"fifo_violations\":%llu,\"rss_per_waiter_bytes\":%.1f,\"heap_bytes_per_waiter\":%.1f", b->fifo,
                     per(static_cast<double>(b->rss1 - b->rss0)), per(static_cast<double>(b->heap1 - b->heap0)));
-        if (TENFERRO_BENCH_COUNT_ALLOCS)
+        if (TENFERRO_MALLOC_INTERPOSED)
             std::printf(",\"allocs_per_waiter\":%.3f,\"alloc_bytes_per_waiter\":%.1f",
                         per(static_cast<double>(b->allocs)), per(static_cast<double>(b->bytes)));
         std::printf(",\"park_ns_per_waiter\":%.1f}\n", b->park_s * 1e9 / dn);
@@ -721,7 +673,7 @@ int run_waiters(const config& cfg) {
         a->fifo, a->max_inv, per(static_cast<double>(a->rss1 - a->rss0)), per(static_cast<double>(a->heap1 - a->heap0)),
         a->park_s * 1e9 / dn, per(static_cast<double>(b->rss1 - b->rss0)),
         per(static_cast<double>(b->heap1 - b->heap0)));
-    if (TENFERRO_BENCH_COUNT_ALLOCS) {
+    if (TENFERRO_MALLOC_INTERPOSED) {
         const double da = static_cast<double>(a->allocs), db = static_cast<double>(b->allocs);
         const double ba = static_cast<double>(a->bytes), bb = static_cast<double>(b->bytes);
         std::printf(

@@ -11,87 +11,34 @@
 // GCC 12). session_host::enter now gives that coroutine only to entries the
 // queue would likely admit at once.
 //
-// malloc and its kin are interposed in this program only, to count every heap
-// block: Asio's coroutine frames and recycled operations come from
-// aligned_alloc, not operator new. Not under a sanitizer, whose runtime owns
+// malloc and its kin are interposed in this program only
+// (support/malloc_interpose.hpp), to count every heap block: Asio's coroutine
+// frames and recycled operations come from aligned_alloc, not operator new.
+// Not under a sanitizer, whose runtime owns
 // malloc: there the test still parks and drains every entry, but counts
 // nothing (.ci/run's release and clang stages count).
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <string>
 #include <catch2/catch.hpp>
 #include "test_asio.hpp"
 
+#include "malloc_interpose.hpp"
 #include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_HWADDRESS__)
-#define TENFERRO_TEST_COUNT_BLOCKS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
-    __has_feature(hwaddress_sanitizer)
-#define TENFERRO_TEST_COUNT_BLOCKS 0
-#endif
-#endif
-#ifndef TENFERRO_TEST_COUNT_BLOCKS
-#define TENFERRO_TEST_COUNT_BLOCKS 1
-#endif
-
 namespace {
 constinit std::atomic<std::size_t> g_blocks{0};
 constinit std::atomic<std::size_t> g_bytes{0};  // as requested
+}  // namespace
 
-[[maybe_unused]] void count_block(std::size_t n) noexcept {
+void tenferro::malloc_interpose::on_block(std::size_t n) noexcept {
     g_blocks.fetch_add(1, std::memory_order_relaxed);
     g_bytes.fetch_add(n, std::memory_order_relaxed);
 }
-}  // namespace
-
-#if TENFERRO_TEST_COUNT_BLOCKS
-// Forwarded to glibc's own entry points, so that free, malloc_usable_size and
-// the rest stay consistent with them.
-extern "C" {
-void* __libc_malloc(std::size_t) noexcept;
-void __libc_free(void*) noexcept;
-void* __libc_calloc(std::size_t, std::size_t) noexcept;
-void* __libc_realloc(void*, std::size_t) noexcept;
-void* __libc_memalign(std::size_t, std::size_t) noexcept;
-
-void* malloc(std::size_t n) noexcept {
-    count_block(n);
-    return __libc_malloc(n);
-}
-void free(void* p) noexcept { __libc_free(p); }
-void* calloc(std::size_t a, std::size_t b) noexcept {
-    count_block(a * b);
-    return __libc_calloc(a, b);
-}
-void* realloc(void* p, std::size_t n) noexcept {
-    count_block(n);
-    return __libc_realloc(p, n);
-}
-void* memalign(std::size_t al, std::size_t n) noexcept {
-    count_block(n);
-    return __libc_memalign(al, n);
-}
-void* aligned_alloc(std::size_t al, std::size_t n) noexcept {
-    count_block(n);
-    return __libc_memalign(al, n);
-}
-int posix_memalign(void** out, std::size_t al, std::size_t n) noexcept {
-    if (al < sizeof(void*) || (al & (al - 1)) != 0) return EINVAL;
-    count_block(n);
-    void* p = __libc_memalign(al, n);
-    if (p == nullptr) return ENOMEM;
-    *out = p;
-    return 0;
-}
-}
-#endif
 
 using namespace tenferro;
 using tenferro::test::run_until;
@@ -189,7 +136,7 @@ TEST_CASE("A parked entry holds no heap block more than the same coroutine parke
         // admission's own share is ~160 B per entry (issue 14's target, met
         // with GCC 12 at 160 B); the bound leaves room for other compilers
         // and Asio versions and still catches a frame more (~400 B).
-        if (TENFERRO_TEST_COUNT_BLOCKS) {
+        if (TENFERRO_MALLOC_INTERPOSED) {
             // The count works: each timer park alone needs its coroutine's
             // frame and co_spawn's (were the interposition bypassed, both
             // counts would be 0 and the bounds below would hold vacuously).
