@@ -46,9 +46,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
 bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
     std::lock_guard lock(mutex_);
     // acquire()'s conditions for granted_inline, in one test (the same helpers).
-    if (poisoned_.load(std::memory_order_relaxed) || shut_down_.load(std::memory_order_relaxed) ||
-        !admits_at_once_locked(w) || !nothing_unstarted_locked())
-        return false;
+    if (!admits_locked() || !admits_at_once_locked(w) || !nothing_unstarted_locked()) return false;
     available_ -= w.permits_;
     publish_hint_locked();
     w.state_ = permit_waiter::state::granted;
@@ -195,8 +193,7 @@ waiter_list permit_queue::release(std::size_t n, permit_waiter** handoffs) {
     std::lock_guard lock(mutex_);
     available_ += n;
     ++completed_;
-    if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
-        grant_fitting_locked(granted, handoffs);
+    if (admits_locked()) grant_fitting_locked(granted, handoffs);
     publish_hint_locked();
     if (idle_waited_ && available_ == permits_ && nested_running_ == 0) idle_cv_.notify_all();
     return granted;
@@ -209,8 +206,7 @@ bool permit_queue::cancel(permit_waiter& w, waiter_list& granted, permit_waiter*
     waiters_.unlink(w);
     w.state_ = permit_waiter::state::removed;
     ++cancelled_;
-    if (!poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed))
-        grant_fitting_locked(granted, handoffs);
+    if (admits_locked()) grant_fitting_locked(granted, handoffs);
     publish_hint_locked();
     return true;
 }

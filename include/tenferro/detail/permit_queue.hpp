@@ -254,6 +254,11 @@ public:
     void wait_until_idle();
 
 private:
+    /// Neither poisoned nor shut down: the queue still grants permits. Both
+    /// flags only ever go from false to true, under the lock.
+    bool admits_locked() const noexcept {
+        return !poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed);
+    }
     /// S4, no barging: free permits go to the queue's head first, never to a
     /// newcomer; a newcomer is admitted at once only when nobody waits.
     bool admits_at_once_locked(const permit_waiter& w) const noexcept {
@@ -271,8 +276,7 @@ private:
     /// queue admits at all. Stored only when it changes: enter() reads it on
     /// every thread, and a store would take its cache line from them.
     void publish_hint_locked() noexcept {
-        const bool admits = !poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed);
-        const std::size_t hint = admits && waiters_.empty() ? available_ : 0;
+        const std::size_t hint = admits_locked() && waiters_.empty() ? available_ : 0;
         if (at_once_hint_.load(std::memory_order_relaxed) != hint) at_once_hint_.store(hint, std::memory_order_relaxed);
     }
     /// Grants `w` its permits (already taken from available_). A waiter that
