@@ -14,9 +14,9 @@
 // malloc and its kin are interposed in this program only
 // (support/malloc_interpose.hpp), to count every heap block: Asio's coroutine
 // frames and recycled operations come from aligned_alloc, not operator new.
-// Not under a sanitizer, whose runtime owns
-// malloc: there the test still parks and drains every entry, but counts
-// nothing (.ci/run's release and clang stages count).
+// Not under a sanitizer, whose runtime owns malloc: there the test still parks
+// and drains every entry, but counts nothing (.ci/run's release and clang
+// stages count).
 
 #include <atomic>
 #include <chrono>
