@@ -29,6 +29,7 @@
 #if TENFERRO_ASIO_BOOST
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -105,6 +106,7 @@ void asio_execute(const Executor& ex, F&& f) {
 #include <asio/execution/execute.hpp>
 #include <asio/execution/relationship.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/is_executor.hpp>
 #include <asio/post.hpp>

@@ -114,7 +114,8 @@ protected:
 /// The typed half of an item: handler, tracked work, cancellation slot. Built
 /// from the library's operation toolkit (detail/async_op.hpp).
 template <class Handler, class Core>
-class batch_item_op final : public batch_item<typename Core::input_type, typename Core::output_type> {
+class batch_item_op final : public batch_item<typename Core::input_type, typename Core::output_type>,
+                            public retry_node {
     using In = typename Core::input_type;
     using Out = typename Core::output_type;
     using handler_executor = asio::associated_executor_t<Handler>;
@@ -159,9 +160,13 @@ private:
         }
     };
 
-    void deliver() noexcept override { op_handoff<batch_item_op>::post(ex_, this); }
+    // Out of memory for the post, the item is parked and posted again when
+    // memory is back (S19).
+    void deliver() noexcept override { completion_poster::post(*this); }
 
+    friend struct completion_poster;
     handoff_gate& gate() noexcept { return this->gate_; }
+    const handler_executor& completion_executor() const noexcept { return ex_; }
 
     /// On the item's executor: as Asio's own operations, clear the slot,
     /// release the work, pass the gate, free the op, then call the handler.
@@ -177,9 +182,12 @@ private:
         std::move(handler)(std::move(e), std::move(r));
     }
 
-    /// The executor dropped the completion unrun (its context shut down).
+public:
+    /// The executor dropped the completion unrun (its context shut down), or
+    /// the submit failed before the item was queued.
     void discard() noexcept { free_op(this, allocator()); }
 
+private:
     op_allocator_t<batch_item_op, Handler> allocator() const noexcept {
         return op_allocator_t<batch_item_op, Handler>(
             asio::get_associated_allocator(handler_, entry_allocator<void>()));
@@ -341,9 +349,9 @@ public:
             it.where = item::stage::finished;
             ++cancelled_;
         }
-        it.finish(nullptr,
-                  tl::unexpected(session_entry_error(session_entry_errc::cancelled, host_name_,
-                                                     "the batch item was cancelled before it was taken into a batch")));
+        it.finish(nullptr, tl::unexpected(session_entry_error(
+                               session_entry_errc::cancelled, host_name_,
+                               compose_detail({"the batch item was cancelled before it was taken into a batch"}))));
     }
 
     /// placement::caller: the executor a session's hand-offs go to, taking
@@ -373,7 +381,8 @@ public:
             list = list->next;
             it->finish(nullptr, tl::unexpected(session_entry_error(
                                     session_entry_errc::executor, host_name_,
-                                    "the batcher was destroyed before this item was taken into a batch")));
+                                    compose_detail({"the batcher was destroyed before this item was taken into a "
+                                                    "batch"}))));
         }
     }
 
@@ -477,10 +486,14 @@ private:
     };
 
     void enter_sessions(std::size_t n) noexcept {
-        for (; n > 0; --n) enter_session();
+        // A loop, not a recursion: a session that cannot be entered for want
+        // of memory fails a batch and may ask for the next (S19).
+        while (n > 0) n += enter_session() - 1;
     }
 
-    void enter_session() noexcept {
+    /// Enters one planned session; returns how many more to enter (only
+    /// when this one could not be).
+    std::size_t enter_session() noexcept {
         std::shared_ptr<run_type> run;
         try {
             run = std::make_shared<run_type>(this->shared_from_this());
@@ -504,13 +517,57 @@ private:
         } catch (...) {
             // Out of memory before the host took the entry: the items it was
             // meant for fail as if the host had refused it.
-            if (run)
-                session_finished(*run, nullptr,
-                                 tl::unexpected(session_entry_error(session_entry_errc::executor, host_name_,
-                                                                    "the batch session could not be entered")));
-            else
-                abandon_session();
+            if (!run) return fail_batch_without_session();
+            session_finished(*run, nullptr,
+                             tl::unexpected(session_entry_error(
+                                 session_entry_errc::executor, host_name_,
+                                 compose_detail({"out of memory: the batch session could not be entered"}))));
         }
+        return 0;
+    }
+
+    /// A planned session for which not even its state could be allocated:
+    /// the next batch of waiting items completes with `executor` (they would
+    /// otherwise wait for a session nobody enters), threaded through their own
+    /// links, so that this allocates nothing. Returns the sessions the plan
+    /// asks for next.
+    std::size_t fail_batch_without_session() noexcept {
+        return fail_next_batch(/*ends_session=*/true,
+                               compose_detail({"out of memory: no batch session could be entered"}));
+    }
+
+    /// Completes the next batch of waiting items with `executor` and `detail`,
+    /// for a session that cannot take them (out of memory); with
+    /// `ends_session`, that session is over. Returns the sessions the plan asks
+    /// for next.
+    std::size_t fail_next_batch(bool ends_session, const std::string& detail) noexcept {
+        item* chain = nullptr;
+        std::size_t start = 0;
+        {
+            const std::lock_guard lock(mutex_);
+            if (ends_session) --sessions_;
+            --unclaimed_;
+            const std::size_t n = closed_ ? 0 : std::min(waiting_, options_.max_batch);
+            item* last = nullptr;
+            for (std::size_t i = 0; i < n; ++i) {
+                item& it = *head_;
+                unlink(it);
+                it.where = item::stage::taken;
+                (last != nullptr ? last->next : chain) = &it;
+                last = &it;
+            }
+            rejected_ += n;
+            start = plan_locked();
+        }
+        while (chain != nullptr) {
+            item& it = *chain;
+            chain = it.next;  // (read first: finishing may free the item)
+            it.next = nullptr;
+            it.input.reset();
+            it.finish(nullptr, tl::unexpected(session_entry_error(session_entry_errc::executor, host_name_,
+                                                                  compose_detail({std::string_view(detail)}))));
+        }
+        return start;
     }
 
     void abandon_session() noexcept {
@@ -594,13 +651,23 @@ private:
             try {
                 take(run);
             } catch (...) {
+                // Out of memory for the batch's lists: the items meant for
+                // it are failed where they wait, threaded through their own
+                // links (S19); the session ends below, with nothing taken.
+                run.taken.store(true, std::memory_order_release);
+                enter_sessions(fail_next_batch(/*ends_session=*/false,
+                                               compose_detail({"out of memory: the batch could not be gathered"})));
             }
         }
         if (!e) e = run.body_error;
         if (!e && !admission && run.body_ran && run.outputs.size() != run.items.size()) {
-            e = std::make_exception_ptr(std::length_error("tenferro::batcher: the batch body returned " +
-                                                          std::to_string(run.outputs.size()) + " results for " +
-                                                          std::to_string(run.items.size()) + " items"));
+            try {
+                e = std::make_exception_ptr(
+                    std::length_error(compose_detail({"tenferro::batcher: the batch body returned ", run.outputs.size(),
+                                                      " results for ", run.items.size(), " items"})));
+            } catch (...) {
+                e = std::current_exception();  // out of memory: that, then
+            }
         }
         const std::size_t n = run.items.size();
         std::size_t start = 0;
@@ -623,7 +690,8 @@ private:
             } else if (e) {
                 it.finish(e, tl::unexpected(session_entry_error(
                                  session_entry_errc::executor, host_name_,
-                                 "no value: the batch body threw an exception (delivered as the first argument)")));
+                                 compose_detail({"no value: the batch body threw an exception (delivered as the "
+                                                 "first argument)"}))));
             } else {
                 it.finish(nullptr, session_result<Out>(std::move(run.outputs[i])));
             }
@@ -679,7 +747,12 @@ struct initiate_submit {
             return core->reject_at_submit(*op, session_entry_errc::incompatible_context,
                                           "batcher::submit inside an execution scope: a batch session is not "
                                           "one of the scope's sessions");
-        op->connect_cancellation();
+        try {
+            op->connect_cancellation();  // out of memory: submit throws, nothing queued
+        } catch (...) {
+            op->discard();
+            throw;
+        }
         core->enqueue(*op);
     }
 };

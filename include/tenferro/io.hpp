@@ -146,11 +146,12 @@ std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, con
 /// and returns only once the posting thread has left, so nothing of the operation
 /// touches the caller's executor or context once the handler has run (S16).
 template <class Handler, class IoExecutor, class Receiver, class... Rest>
-class npy_completion final : public Receiver {
+class npy_completion final : public Receiver, public retry_node {
     using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
     using work_executor = std::decay_t<decltype(asio::prefer(std::declval<const handler_executor&>(),
                                                              asio::execution::outstanding_work.tracked))>;
     friend class op_handoff<npy_completion>;
+    friend struct completion_poster;
     // The handler's arguments: Asio's error code (converted from the library's
     // std::error_code, detail::to_asio_error_code) and the result, if any.
     using outcome_type = std::tuple<asio_error_code, Rest...>;
@@ -163,7 +164,9 @@ public:
 
     void complete(std::error_code ec, Rest... rest) noexcept override {
         outcome_.emplace(to_asio_error_code(ec), std::move(rest)...);
-        op_handoff<npy_completion>::post(executor_, this);
+        // Out of memory for the post, the completion is parked and posted
+        // again when memory is back (S19).
+        completion_poster::post(*this);
     }
 
     /// Frees an operation whose completion never started (making the
@@ -172,6 +175,7 @@ public:
 
 private:
     handoff_gate& gate() noexcept { return gate_; }
+    const handler_executor& completion_executor() const noexcept { return executor_; }
 
     /// Runs inside the handler's executor: releases the tracked work, clears
     /// the slot, calls the handler; the gate is passed and the memory freed
@@ -233,6 +237,7 @@ void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
 /// handler never called) and starts it under the handler's cancellation slot.
 template <class Completion, class Handler, class IoExecutor, class MakeOp>
 void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, MakeOp make_npy_op) {
+    prepare_handoff_retry();  // its completion may need it (S19); cheap once running
     auto slot = asio::get_associated_cancellation_slot(handler);
     Completion* receiver = make_op<Completion>(std::move(handler), io_executor);
     std::shared_ptr<npy_operation> op;

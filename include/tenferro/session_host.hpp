@@ -150,6 +150,7 @@ public:
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, execution_scope>::value_type;
+        detail::reserve_for_initiation<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>();
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
             detail::initiate_entry<detail::entry_kind::scope, detail::no_opener>{
                 core_, session_options{1, wait_policy::fifo, placement::caller}, {}},
@@ -179,6 +180,7 @@ private:
     auto enter(Opener opener, session_options options, F&& f, CompletionToken&& token) {
         using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
         using token_type = std::decay_t<CompletionToken>;
+        detail::reserve_for_initiation<token_type, detail::entry_kind::session, Opener, F>();
         if constexpr (detail::awaitable_entry_applies<token_type, F, Opener>) {
             // co_await with the default token, an entry likely admitted at
             // once: an entry of its own that can return in place

@@ -1,6 +1,8 @@
 // The handler-independent half of a session entry: admission decisions, the
 // runner, and the release path. See include/tenferro/detail/entry_op.hpp.
 
+#include <charconv>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -44,12 +46,55 @@ struct inline_completion_runner {
     void operator()() { std::exchange(c, nullptr)->invoke(); }
 };
 
-std::string permits_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " permit" : " permits"); }
+std::string_view permits_word(std::size_t n) noexcept { return n == 1 ? " permit" : " permits"; }
 
 }  // namespace
 
-void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) {
-    hand_off_unguarded(io, inline_completion_runner(c), /*may_dispatch=*/false);
+detail_piece::detail_piece(std::size_t n) noexcept {
+    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    text = std::string_view(digits, static_cast<std::size_t>(end - digits));
+}
+
+std::string compose_detail(std::initializer_list<detail_piece> pieces) noexcept {
+    std::string out;
+    try {
+        std::size_t size = 0;
+        for (const detail_piece& p : pieces) size += p.text.size();
+        out.reserve(size);
+        for (const detail_piece& p : pieces) out += p.text;
+    } catch (...) {
+        out.clear();  // out of memory: the error code alone says what happened
+    }
+    return out;
+}
+
+void ensure_system_context() { (void)asio::query(asio::system_executor(), asio::execution::context); }
+
+namespace {
+/// Posts `c`; false when that failed for want of memory (`c` not consumed).
+bool try_post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept {
+    inline_completion_runner runner(c);
+    try {
+        hand_off_unguarded(io, std::move(runner), /*may_dispatch=*/false);
+        return true;
+    } catch (const std::bad_alloc&) {
+        if (runner.c == nullptr) return true;  // the executor took it
+        runner.c = nullptr;
+        return false;
+    } catch (...) {
+        return true;  // refused: the runner's destructor discarded it
+    }
+}
+}  // namespace
+
+void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept {
+    if (try_post_inline_completion(io, c)) return;
+    c->parked_on_ = &io.context();
+    c->retry = [](retry_node& node) noexcept {
+        auto& self = static_cast<inline_completion&>(node);
+        return try_post_inline_completion(self.parked_on_->get_executor(), &self);
+    };
+    retry_handoff_later(*c);
 }
 
 namespace {
@@ -114,27 +159,38 @@ session_entry_error entry_base::backend_rejection(std::string_view host, const s
 }
 
 session_entry_error entry_base::open_threw_error(std::string_view host) noexcept {
-    std::string detail = "the backend's open_session threw";
+    constexpr std::string_view what = "the backend's open_session threw";
+    std::string detail;
     try {
         throw;
     } catch (const std::exception& e) {
-        try {
-            detail += ": ";
-            detail += e.what();
-        } catch (...) {
-        }
+        detail = compose_detail({what, ": ", e.what()});
     } catch (...) {
+        detail = compose_detail({what});
     }
     return make_error(host, session_entry_errc::executor, std::move(detail));
 }
 
-session_entry_error entry_base::body_threw_error(std::string_view host) noexcept {
-    return session_entry_error(session_entry_errc::executor, host,
-                               "no value: the session body threw an exception (delivered as the first argument)");
+session_entry_error entry_base::out_of_memory_error() noexcept {
+    return session_entry_error(session_entry_errc::executor, {},
+                               compose_detail({"out of memory while starting the entry; the body did not run "
+                                               "(the exception is the first argument)"}));
 }
 
-void entry_base::set_error(session_entry_errc code, std::string detail) noexcept {
-    adopt_error(make_error(core_->name(), code, std::move(detail)));
+session_entry_error entry_base::body_threw_error(std::string_view host) noexcept {
+    return session_entry_error(
+        session_entry_errc::executor, host,
+        compose_detail({"no value: the session body threw an exception (delivered as the first argument)"}));
+}
+
+void entry_base::set_error(session_entry_errc code, std::string_view detail) noexcept {
+    std::string text;
+    try {
+        text.assign(detail);
+    } catch (...) {
+        // Out of memory: the code still says what happened.
+    }
+    adopt_error(make_error(core_->name(), code, std::move(text)));
 }
 
 void entry_base::adopt_error(session_entry_error error) noexcept {
@@ -148,14 +204,23 @@ void entry_base::discard_error() noexcept {
     if (error_texts_ != nullptr) (void)take_error();
 }
 
-void entry_base::reject(session_entry_errc code, std::string detail) noexcept {
-    set_error(code, std::move(detail));
+void entry_base::retry_later(parked_handoff what) noexcept {
+    parked_ = what;
+    retry = [](retry_node& node) noexcept {
+        auto& self = static_cast<entry_base&>(node);
+        return self.retry_handoff(self.parked_);
+    };
+    retry_handoff_later(*this);
+}
+
+void entry_base::reject(session_entry_errc code, std::string_view detail) noexcept {
+    set_error(code, detail);
     complete(false);
 }
 
-void entry_base::reject_counted(session_entry_errc code, std::string detail) noexcept {
+void entry_base::reject_counted(session_entry_errc code, std::string_view detail) noexcept {
     core_->queue().note_rejected();
-    reject(code, std::move(detail));
+    reject(code, detail);
 }
 
 void entry_base::start(session_context* ctx) noexcept {
@@ -166,20 +231,20 @@ void entry_base::start(session_context* ctx) noexcept {
     if (ctx != nullptr) {
         if (ctx->kind == context_kind::session)
             return reject_counted(session_entry_errc::reentered,
-                                  std::string(is_scope ? "an execution scope" : "a session") +
-                                      " was entered from inside a running session body; a session cannot wait "
-                                      "for admission while it holds permits");
+                                  compose_detail({is_scope ? "an execution scope" : "a session",
+                                                  " was entered from inside a running session body; a session "
+                                                  "cannot wait for admission while it holds permits"}));
         if (ctx->host != core_.get())
             return reject_counted(session_entry_errc::incompatible_context,
-                                  std::string(is_scope ? "an execution scope" : "a session") +
-                                      " was entered inside an execution scope of another host");
+                                  compose_detail({is_scope ? "an execution scope" : "a session",
+                                                  " was entered inside an execution scope of another host"}));
         if (is_scope)
             return reject_counted(session_entry_errc::reentered,
                                   "an execution scope was entered inside an execution scope of the same host");
         if (permits_ != 1)
-            return reject_counted(
-                session_entry_errc::incompatible_context,
-                "the execution scope holds 1 permit and the session asks for " + permits_text(permits_));
+            return reject_counted(session_entry_errc::incompatible_context,
+                                  compose_detail({"the execution scope holds 1 permit and the session asks for ",
+                                                  permits_, permits_word(permits_)}));
         // The scope's permit never meets the queue, but the host's state still
         // applies (S11, S12); after the context checks, as for entries that
         // queue, so that reentered and incompatible_context keep precedence.
@@ -196,9 +261,9 @@ void entry_base::start(session_context* ctx) noexcept {
     }
 
     if (permits_ == 0 || permits_ > queue.permits())
-        return reject_counted(
-            session_entry_errc::incompatible_context,
-            "the entry asks for " + permits_text(permits_) + " and the host has " + permits_text(queue.permits()));
+        return reject_counted(session_entry_errc::incompatible_context,
+                              compose_detail({"the entry asks for ", permits_, permits_word(permits_),
+                                              " and the host has ", queue.permits(), permits_word(queue.permits())}));
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
 
     switch (queue.acquire(*this, may_wait_, /*start_inline_if_clear=*/true)) {
@@ -215,8 +280,8 @@ void entry_base::start(session_context* ctx) noexcept {
         return;  // the queue owns the next step; touch nothing more here
     case acquire_outcome::would_wait:
         return reject(session_entry_errc::contended,
-                      "wait_policy::never and " + permits_text(permits_) +
-                          " cannot be granted at once (taken, or promised to earlier waiters)");
+                      compose_detail({"wait_policy::never and ", permits_, permits_word(permits_),
+                                      " cannot be granted at once (taken, or promised to earlier waiters)"}));
     case acquire_outcome::queue_full:
         return reject(session_entry_errc::contended, "the admission queue is full (max_waiters reached)");
     case acquire_outcome::poisoned:
@@ -312,8 +377,8 @@ void entry_base::cancel_waiting() noexcept {
     const bool removed = core_->queue().cancel(*this, granted, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
     if (removed)
-        reject(session_entry_errc::cancelled,
-               "cancelled while waiting for " + permits_text(permits_) + "; the body did not run");
+        reject(session_entry_errc::cancelled, compose_detail({"cancelled while waiting for ", permits_,
+                                                              permits_word(permits_), "; the body did not run"}));
 }
 
 void entry_base::run() noexcept {

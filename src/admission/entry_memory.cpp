@@ -2,7 +2,10 @@
 
 #include "admission/fast_tls.hpp"
 
+#include <pthread.h>
+
 #include <cstdlib>
+#include <new>
 
 namespace tenferro::detail {
 namespace {
@@ -19,8 +22,13 @@ std::size_t rounded(std::size_t size) noexcept { return (size + granule - 1) / g
 // hot path reads it at a fixed offset from the thread pointer. A thread_local
 // with a destructor needs a guard, and the guard of such a variable goes
 // through __tls_get_addr even with the initial-exec model (~22 instructions per
-// entry). The blocks a thread leaves cached are freed by a separate
-// thread_local, touched once per thread, when its cache first keeps a block.
+// entry). The blocks a thread leaves cached are freed at its exit by the
+// destructor of a pthread key, set once per thread, when its cache first keeps
+// a block. (Not by a thread_local with a destructor: glibc registers that
+// destructor with an allocation at the variable's first use and aborts the
+// process when the allocation fails, "failed to register TLS destructor"; S19
+// found it. pthread_setspecific needs no memory for the first 32 keys of a
+// process, and reports ENOMEM instead of aborting for the others.)
 struct thread_cache {
     struct block {
         void* p;
@@ -33,22 +41,28 @@ struct thread_cache {
 
 TENFERRO_FAST_TLS constinit thread_local thread_cache cache{};
 
-struct thread_cache_cleanup {
-    ~thread_cache_cleanup() {
-        for (auto& b : cache.blocks) {
-            if (b.p != nullptr) ::operator delete(b.p);
-            b.p = nullptr;
-        }
-        // Entries freed later in this thread's exit (other thread_locals'
-        // destructors) go straight back to the heap.
-        cache.state = thread_cache::phase::closed;
+void empty_thread_cache(void*) noexcept {
+    for (auto& b : cache.blocks) {
+        if (b.p != nullptr) ::operator delete(b.p);
+        b.p = nullptr;
     }
+    // Entries freed later in this thread's exit (other keys' destructors) go
+    // straight back to the heap.
+    cache.state = thread_cache::phase::closed;
+}
+
+struct cleanup_key {
+    pthread_key_t key{};
+    bool created = pthread_key_create(&key, &empty_thread_cache) == 0;
 };
 
-[[gnu::noinline]] void register_cleanup() noexcept {
-    static thread_local thread_cache_cleanup cleanup;
-    (void)cleanup;  // constructing it registers its destructor for this thread's exit
+/// Arranges for this thread's cache to be emptied at its exit; false if that
+/// cannot be arranged (then the cache keeps nothing).
+[[gnu::noinline]] bool register_cleanup() noexcept {
+    static const cleanup_key k;  // pthread_key_create allocates nothing
+    if (!k.created || pthread_setspecific(k.key, &cache) != 0) return false;
     cache.state = thread_cache::phase::caching;
+    return true;
 }
 
 }  // namespace
@@ -72,7 +86,10 @@ void deallocate_entry_memory(void* p, std::size_t size) noexcept {
             ::operator delete(p);
             return;
         }
-        register_cleanup();
+        if (!register_cleanup()) {
+            ::operator delete(p);
+            return;
+        }
     }
     for (auto& b : cache.blocks) {
         if (b.p == nullptr) {
@@ -82,6 +99,21 @@ void deallocate_entry_memory(void* p, std::size_t size) noexcept {
         }
     }
     ::operator delete(p);
+}
+
+void reserve_entry_memory(std::size_t size) {
+    const std::size_t want = rounded(size);
+    thread_cache::block* slot = nullptr;
+    for (auto& b : cache.blocks) {
+        if (b.p != nullptr && b.size >= want) return;  // the common case: a block is ready
+        if (slot == nullptr || (slot->p != nullptr && (b.p == nullptr || b.size < slot->size))) slot = &b;
+    }
+    if (cache.state == thread_cache::phase::closed) return;  // this thread is exiting: nothing can be kept
+    if (cache.state != thread_cache::phase::caching && !register_cleanup()) throw std::bad_alloc();
+    void* p = ::operator new(want);
+    if (slot->p != nullptr) ::operator delete(slot->p);  // the smallest block makes room
+    slot->p = p;
+    slot->size = want;
 }
 
 }  // namespace tenferro::detail

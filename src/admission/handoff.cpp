@@ -39,9 +39,15 @@ handoff_scope::~handoff_scope() {
 
 void handoff_gate::pass() noexcept {
     if (posting_gate == this) {
-        // Inline in our own post/dispatch: nothing to wait for; tell the scope
-        // that the gate is no longer its to open.
+        // Inline in our own post/dispatch (run there, or destroyed there by a
+        // post that failed): nothing to wait for; tell the scope that the gate
+        // is no longer its to open, and open it ourselves, on the poster's own
+        // thread, while its storage is still ours. Left closed, the next
+        // pass() of this gate (the same operation's completion, after a
+        // failed post of its runner) would wait forever for a poster that has
+        // left (S19: found by the allocation-failure loop).
         posting_gate = nullptr;
+        state_.store(open, std::memory_order_relaxed);
         return;
     }
     // The poster is between its enqueue and its return from post: a few

@@ -1,8 +1,11 @@
 #include "tenferro/detail/host_core.hpp"
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "tenferro/detail/entry_op.hpp"
+#include "tenferro/detail/handoff_retry.hpp"
 
 namespace tenferro::detail {
 
@@ -11,7 +14,31 @@ host_core::host_core(std::string name, std::size_t permits, std::size_t max_wait
     : name_(std::move(name)),
       queue_(permits, max_waiters),
       pool_(std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
-      observer_(std::move(observer)) {}
+      observer_(std::move(observer)) {
+    // The thread that retries hand-offs which failed for want of memory
+    // (S19): started here, where throwing is allowed, so that no entry ever
+    // needs to start it while memory is short.
+    prepare_handoff_retry();
+    load_libc_unwinder();
+}
+
+void load_libc_unwinder() noexcept {
+    // glibc's C frames that an exception may unwind through (pthread_once,
+    // inside which Asio creates its global services) have cleanups, and glibc
+    // loads the unwinder for them (libgcc_s) at the first such exception,
+    // with an allocation: out of memory there, glibc aborts the process
+    // ("libgcc_s.so.1 must be installed for unwinding to work"). One
+    // exception through pthread_once, here and once per process, loads it
+    // while memory is fine (S19).
+    static std::atomic<bool> loaded{false};
+    if (loaded.load(std::memory_order_acquire)) return;
+    try {
+        std::once_flag once;
+        std::call_once(once, [] { throw 0; });
+    } catch (...) {
+    }
+    loaded.store(true, std::memory_order_release);
+}
 
 admission_stats host_core::stats() const {
     const permit_counters c = queue_.counters();
@@ -38,7 +65,7 @@ void host_core::poison(std::string_view why) noexcept {
     waiter_list drained = queue_.poison();
     while (permit_waiter* w = drained.pop_front())
         static_cast<entry_base*>(w)->reject(session_entry_errc::resource_poisoned,
-                                            std::string(why) + " before this entry was admitted");
+                                            compose_detail({why, " before this entry was admitted"}));
 }
 
 void host_core::shut_down() noexcept {

@@ -18,7 +18,14 @@
 //    upcall (a handler with its own allocator, Asio's order) or right after it
 //    (our cache), never later.
 
+#include <cstddef>
+#include <exception>
+#include <initializer_list>
 #include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -26,8 +33,23 @@
 
 #include "tenferro/detail/entry_memory.hpp"
 #include "tenferro/detail/handoff.hpp"
+#include "tenferro/detail/handoff_retry.hpp"
 
 namespace tenferro::detail {
+
+/// One piece of an error's detail text: a string, or a number.
+struct detail_piece {
+    detail_piece(std::string_view s) noexcept : text(s) {}  // NOLINT(google-explicit-constructor)
+    detail_piece(const char* s) noexcept : text(s) {}       // NOLINT(google-explicit-constructor)
+    detail_piece(std::size_t n) noexcept;                    // NOLINT(google-explicit-constructor)
+    std::string_view text;
+    char digits[24] = {};
+};
+
+/// The pieces joined, or an empty string when memory runs out: an admission
+/// failure is decided on paths that cannot throw (S19), and its code says
+/// what happened without the text.
+std::string compose_detail(std::initializer_list<detail_piece> pieces) noexcept;
 
 /// True for the cancellation types an op honours before its work has started:
 /// terminal, partial and total alike (nothing has happened that withdrawing it
@@ -93,6 +115,12 @@ public:
     }
     void operator()() { std::exchange(op_, nullptr)->upcall(); }
 
+    /// Whether this object still owns the op (a hand-off that threw before
+    /// the executor took it leaves it here).
+    bool owns() const noexcept { return op_ != nullptr; }
+    /// Gives the op up without discarding it (it is parked for a retry).
+    void release() noexcept { op_ = nullptr; }
+
     /// Hands `op` to `ex`: a post through the op's gate (handoff.hpp). If the
     /// executor throws, nobody can be told; the destructor above frees the op.
     template <class Executor>
@@ -105,6 +133,111 @@ public:
 
 private:
     Op* op_;
+};
+
+/// Hands `fn` (an op_handoff, or any function object with `owns()` and
+/// `release()`) to `ex` through `gate` by post; returns false when that failed
+/// for want of memory with `fn` still owning its op, which the caller then
+/// parks for a retry (handoff_retry.hpp). Any other failure is the executor
+/// refusing the function: `fn`'s destructor disposes of the op.
+template <class Executor, class Function>
+bool try_post_untracked(const Executor& ex, handoff_gate& gate, Function& fn) noexcept {
+    try {
+        hand_off_untracked(ex, gate, std::move(fn), false);
+        return true;
+    } catch (const std::bad_alloc&) {
+        return !fn.owns();
+    } catch (...) {
+        return true;
+    }
+}
+
+/// Posts an op's completion (an op_handoff<Op>) to the op's executor, and
+/// when that post finds no memory, parks the op and posts it again when memory
+/// is back (handoff_retry.hpp, S19): the completion is never lost. `Op` derives
+/// from retry_node and gives this class access (`friend struct
+/// completion_poster;`) to `completion_executor()`, `gate()` and op_handoff's
+/// `upcall()` and `discard()`.
+struct completion_poster {
+    template <class Op>
+    static void post(Op& op) noexcept {
+        if (try_post(op)) return;
+        retry_node& node = op;
+        node.retry = [](retry_node& n) noexcept { return try_post(static_cast<Op&>(n)); };
+        retry_handoff_later(node);
+    }
+
+private:
+    template <class Op>
+    static bool try_post(Op& op) noexcept {
+        op_handoff<Op> fn(&op);
+        if (try_post_untracked(op.completion_executor(), op.gate(), fn)) return true;
+        fn.release();
+        return false;
+    }
+};
+
+/// The completion of an operation whose state could not be built (out of
+/// memory, S19): the handler, and the exception and results it completes
+/// with, in the block that was allocated for the op of type `Op`. It is
+/// posted to the handler's executor, never invoked inside the initiating
+/// function (S1), and parked for a retry while that post finds no memory.
+/// An initiation that Asio runs inside a noexcept function (use_awaitable's)
+/// thus never throws once it has its block: the failure arrives where the
+/// caller awaits.
+template <class Handler, class Op, class... Results>
+class initiation_failure : public retry_node {
+public:
+    /// Builds the completion in `block` (an `Op`'s block, from `Op`'s
+    /// allocator for `handler`) and posts it. `handler` must move without
+    /// throwing (every completion handler of Asio's does).
+    template <class H>
+    static void complete_in(Op* block, H&& handler, std::exception_ptr exception, Results... results) noexcept {
+        static_assert(sizeof(initiation_failure) <= sizeof(Op) && alignof(initiation_failure) <= alignof(Op),
+                      "the failure reuses the op's block");
+        auto* self = ::new (static_cast<void*>(block))
+            initiation_failure(std::forward<H>(handler), std::move(exception), std::move(results)...);
+        completion_poster::post(*self);
+    }
+
+private:
+    friend class op_handoff<initiation_failure>;
+    friend struct completion_poster;
+    using executor_type = asio::associated_executor_t<Handler>;
+    using allocator_type = op_allocator_t<Op, Handler>;
+
+    template <class H>
+    initiation_failure(H&& handler, std::exception_ptr exception, Results&&... results) noexcept
+        : handler_(std::forward<H>(handler)),
+          executor_(asio::get_associated_executor(handler_)),
+          exception_(std::move(exception)),
+          results_(std::move(results)...) {}
+
+    const executor_type& completion_executor() const noexcept { return executor_; }
+    handoff_gate& gate() noexcept { return gate_; }
+
+    // Asio's order: pass the gate and free the block, then call the handler.
+    void upcall() {
+        Handler handler(std::move(handler_));
+        std::exception_ptr exception = std::move(exception_);
+        std::tuple<Results...> results = std::move(results_);
+        gate_.pass();
+        destroy();
+        std::apply([&](Results&... r) { std::move(handler)(std::move(exception), std::move(r)...); }, results);
+    }
+    void discard() noexcept { destroy(); }
+
+    void destroy() noexcept {
+        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
+        this->~initiation_failure();
+        std::allocator_traits<allocator_type>::deallocate(alloc, reinterpret_cast<Op*>(this), 1);
+    }
+
+    handoff_gate gate_;
+    Handler handler_;
+    executor_type executor_;
+    std::exception_ptr exception_;
+    std::tuple<Results...> results_;
 };
 
 }  // namespace tenferro::detail

@@ -55,6 +55,47 @@ inline constexpr bool awaitable_entry_applies<asio::use_awaitable_t<Executor>, F
      )&&(std::is_void_v<typename body_traits<F, typename Opener::session_type>::value_type> ||
          std::is_nothrow_move_constructible_v<typename body_traits<F, typename Opener::session_type>::value_type>);
 
+/// Tokens whose initiation Asio runs inside a noexcept function: use_awaitable
+/// (the initiation runs in the awaiting frame's await_suspend), and the
+/// adapters of it that keep that initiation. Such an initiation must not throw
+/// (S19): the entry's block is reserved before it (reserve_for_initiation).
+template <class Token>
+struct noexcept_initiation : std::false_type {};
+template <class Executor>
+struct noexcept_initiation<asio::use_awaitable_t<Executor>> : std::true_type {
+    using executor_type = Executor;
+};
+#if TENFERRO_ASIO_BOOST
+template <class Token>
+struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {};
+#else
+template <class Token>
+struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {};
+#endif
+template <class Token>
+struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<Token> {};
+
+/// For a token of noexcept_initiation, reserves this thread's entry block for
+/// the entry about to be initiated (throws std::bad_alloc here, in the
+/// caller's coroutine, where the exception reaches the co_await): the block
+/// of its operation, or of the inline fast path's completion, whichever is
+/// larger, with room for the adapters' wrappers around Asio's handler.
+template <class Token, entry_kind Kind, class Opener, class F>
+void reserve_for_initiation() {
+    if constexpr (noexcept_initiation<std::decay_t<Token>>::value) {
+        using arg_type =
+            std::conditional_t<Kind == entry_kind::session, typename Opener::session_type, execution_scope>;
+        using R = typename body_traits<F, arg_type>::value_type;
+        using handler =
+            asio::detail::awaitable_handler<typename noexcept_initiation<std::decay_t<Token>>::executor_type,
+                                            std::exception_ptr, session_result<R>>;
+        constexpr std::size_t wrappers = 4 * sizeof(void*);
+        constexpr std::size_t op = sizeof(entry_op<handler, std::decay_t<F>, Kind, Opener>);
+        constexpr std::size_t inline_completion = sizeof(inline_completion_for<handler, session_result<R>>);
+        reserve_entry_memory((op > inline_completion ? op : inline_completion) + wrappers);
+    }
+}
+
 /// The executor type of a use_awaitable_t token.
 template <class Token>
 struct awaitable_token_executor;
@@ -69,6 +110,8 @@ struct awaitable_token_executor<asio::use_awaitable_t<Executor>> {
 template <bool TryInline, class Executor, class R, class Opener, class F>
 asio::awaitable<session_result<R>, Executor> general_entry(std::shared_ptr<host_core> core, session_options options,
                                                            Opener opener, F&& fn) {
+    // Reserved again: a body run inline since enter() reserved may have used it.
+    reserve_for_initiation<asio::use_awaitable_t<Executor>, entry_kind::session, Opener, F>();
     return asio::async_initiate<const asio::use_awaitable_t<Executor>&, entry_signature<R>>(
         initiate_entry<entry_kind::session, Opener, TryInline>{std::move(core), options, std::move(opener)},
         asio::use_awaitable_t<Executor>{}, std::forward<F>(fn));

@@ -20,6 +20,11 @@ namespace tenferro::detail {
 /// from the per-thread cache when one is big enough).
 void* allocate_entry_memory(std::size_t size);
 void deallocate_entry_memory(void* p, std::size_t size) noexcept;
+/// Makes sure that this thread's next allocate_entry_memory of up to `size`
+/// bytes is served from the cache, without allocating: throws std::bad_alloc
+/// now, where the caller may still throw, instead of there (an initiation
+/// that Asio runs inside a noexcept function, S19).
+void reserve_entry_memory(std::size_t size);
 
 /// The allocator entry states use when the handler names none.
 template <class T>

@@ -26,8 +26,10 @@
 // grant: `B::open_session` for session_host<B>); everything else lives in
 // `entry_base`, compiled once in the library and ignorant of backends.
 
+#include <algorithm>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -42,6 +44,7 @@
 #include "tenferro/detail/async_op.hpp"
 #include "tenferro/detail/compute_pool.hpp"
 #include "tenferro/detail/entry_memory.hpp"
+#include "tenferro/detail/handoff_retry.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -54,8 +57,18 @@ namespace tenferro::detail {
 
 enum class entry_kind : unsigned char { session, scope };
 
+template <class Executor>
+struct is_system_executor : std::false_type {};
+template <class Blocking, class Relationship, class Allocator>
+struct is_system_executor<asio::basic_system_executor<Blocking, Relationship, Allocator>> : std::true_type {};
+
+/// Creates Asio's system context if it does not exist yet (throws what that
+/// throws). Asio creates it lazily, inside pthread_once, at the first post to
+/// a system executor; out of memory there, the process cannot recover.
+void ensure_system_context();
+
 /// The handler-independent half of an entry.
-class entry_base : public permit_waiter, public pool_task {
+class entry_base : public permit_waiter, public pool_task, private retry_node {
 public:
     /// Admission: the context checks, then the queue. Called once, from the
     /// initiating function, with the context found on the initiating side.
@@ -70,7 +83,7 @@ public:
 
     /// Completes with an admission failure decided by the queue (drained on
     /// shutdown or poisoning); always by post.
-    void reject(session_entry_errc code, std::string detail) noexcept;
+    void reject(session_entry_errc code, std::string_view detail) noexcept;
 
     /// Hands each entry of `chain` (a ready chain of the hand-off list, S17)
     /// to its caller's executor, then the chains that became ready meanwhile,
@@ -132,9 +145,38 @@ protected:
         // thread) and the body need not wait for it; only the completion,
         // which may let the caller destroy its context, must.
         void operator()() { std::exchange(op, nullptr)->run(); }
+        bool owns() const noexcept { return op != nullptr; }
+        void release() noexcept { op = nullptr; }
     };
     friend class op_handoff<entry_base>;
     handoff_gate& gate() noexcept { return gate_; }
+    /// What a hand-off to the caller's executor that failed for want of
+    /// memory was carrying: the runner of a caller-placed body, or the
+    /// completion. The entry is parked (handoff_retry.hpp) and hands it off
+    /// again, by post, when memory is back (S19).
+    enum class parked_handoff : unsigned char { runner, completion };
+    void retry_later(parked_handoff what) noexcept;
+    /// Tries the parked hand-off again (on the retrying thread): true when it
+    /// went through or the executor refused it for good, false when memory is
+    /// still short.
+    virtual bool retry_handoff(parked_handoff what) noexcept = 0;
+
+    /// Hands `fn` (a caller_runner or an op_handoff) to the caller's executor
+    /// through `hop`; returns false when that failed for want of memory with
+    /// `fn` still owning the entry (the caller then parks it). Any other
+    /// failure is the executor refusing the function: `fn` disposes of it.
+    template <class Function, class Hop>
+    static bool try_hand_off(Function& fn, Hop&& hop) noexcept {
+        try {
+            hop(std::move(fn));
+            return true;
+        } catch (const std::bad_alloc&) {
+            return !fn.owns();
+        } catch (...) {
+            return true;
+        }
+    }
+
     /// The completion runs: deliver the outcome to the handler.
     virtual void upcall() = 0;
     /// The completion was destroyed unrun: free the op without calling the handler.
@@ -166,9 +208,13 @@ protected:
     template <class F, class Opener>
     friend struct inline_session;
 
+    /// The failure of an entry that could not be built for want of memory.
+    static session_entry_error out_of_memory_error() noexcept;
+    void reject_counted(session_entry_errc code, std::string_view detail) noexcept;
+
     /// Records an admission failure, decided now (built here: two words, so
     /// that completing needs no host).
-    void set_error(session_entry_errc code, std::string detail) noexcept;
+    void set_error(session_entry_errc code, std::string_view detail) noexcept;
     void adopt_error(session_entry_error error) noexcept;
     bool has_error() const noexcept { return error_code_ != 0; }
     /// The recorded failure (once: its texts move out).
@@ -182,7 +228,6 @@ private:
     /// A granted entry that will not start gives its permits back.
     void give_back_grant() noexcept;
     void release_permits() noexcept;
-    void reject_counted(session_entry_errc code, std::string detail) noexcept;
 
     void discard_error() noexcept;
 
@@ -194,6 +239,7 @@ private:
     bool may_wait_;        // wait_policy::fifo
     bool compute_placed_;  // placement::compute
     bool holds_permits_ = false;  // granted and announced to the observer
+    parked_handoff parked_ = parked_handoff::runner;  // what a parked entry hands off (retry_later)
     // The admission failure's code (0: none). Its texts are error_texts_: a
     // session_entry_error split in two, since std::optional of one would take
     // three words where these take one (the code fits in this word's padding).
@@ -217,37 +263,46 @@ private:
 /// Asio instantiate its whole posting machinery again for every entry type:
 /// measured, 26 % of the compile time of the admission tests, which CI builds
 /// four times.)
-class inline_completion {
+class inline_completion : private retry_node {
 public:
     /// Calls the handler; the block is freed before the upcall, as Asio frees
     /// an operation's memory before calling its handler.
     virtual void invoke() = 0;
     /// Destroys the completion unrun: its io_context was destroyed, or the
-    /// post failed.
+    /// executor refused it.
     virtual void discard() noexcept = 0;
 
 protected:
     ~inline_completion() = default;
+
+private:
+    friend void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept;
+    // The context a post that found no memory is retried on (S19).
+    asio::io_context* parked_on_ = nullptr;
 };
 
-/// Posts `c` to `io` as a continuation (never runs it inline). Whatever the
-/// post throws (out of memory) propagates, `c` discarded first.
-void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c);
+/// Posts `c` to `io` as a continuation (never runs it inline). Out of memory
+/// for the post, `c` is parked and posted again when memory is back
+/// (handoff_retry.hpp); an executor that refuses it otherwise discards it.
+void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept;
 
 /// An inline_completion for a handler of type Handler taking (exception_ptr, Result).
 template <class Handler, class Result>
 class inline_completion_for final : public inline_completion {
+    using allocator = entry_allocator<inline_completion_for>;
+
 public:
-    /// Allocates and builds one; a throwing allocation or handler move
-    /// propagates with nothing left behind.
-    static inline_completion* make(Handler&& handler, std::exception_ptr exception, Result&& result) {
-        allocator alloc;
-        inline_completion_for* c = alloc.allocate(1);
+    /// Frees a block this completion was built in.
+    static void deallocate(void* block) noexcept {
+        allocator().deallocate(static_cast<inline_completion_for*>(block), 1);
+    }
+    /// Builds one in `block` (from allocate()); a throwing handler move
+    /// propagates, the block freed.
+    static inline_completion* make(void* block, Handler&& handler, std::exception_ptr exception, Result&& result) {
         try {
-            return ::new (static_cast<void*>(c))
-                inline_completion_for(std::move(handler), std::move(exception), std::move(result));
+            return ::new (block) inline_completion_for(std::move(handler), std::move(exception), std::move(result));
         } catch (...) {
-            alloc.deallocate(c, 1);
+            deallocate(block);
             throw;
         }
     }
@@ -262,8 +317,6 @@ public:
     void discard() noexcept override { destroy(); }
 
 private:
-    using allocator = entry_allocator<inline_completion_for>;
-
     inline_completion_for(Handler&& handler, std::exception_ptr exception, Result&& result)
         : handler_(std::move(handler)), exception_(std::move(exception)), result_(std::move(result)) {}
     ~inline_completion_for() = default;
@@ -278,7 +331,7 @@ private:
     }
     void destroy() noexcept {
         this->~inline_completion_for();
-        allocator().deallocate(this, 1);
+        deallocate(this);
     }
 
     Handler handler_;
@@ -532,10 +585,36 @@ public:
 
     /// Allocates the operation with the handler's associated allocator (our
     /// per-thread entry cache by default) and starts admission.
+    ///
+    /// What can fail here is memory (S19). The op's own block: the initiating
+    /// function throws, nothing done (with `use_awaitable`, whose initiation
+    /// Asio runs inside a noexcept function, session_host::enter reserved that
+    /// block beforehand, reserve_entry_memory). Building the op in it (copying
+    /// the body, preferring tracked work on a wrapped executor) or installing
+    /// its cancellation handler: the entry completes with the exception or
+    /// with `executor`, by post, never inside this call (S1).
     template <class H, class G>
     static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener) {
-        entry_op* op = make_op<entry_op>(std::forward<H>(handler), std::forward<G>(body), std::move(core), options,
-                                         std::move(opener));
+        if constexpr (is_system_executor<handler_executor>::value) {
+            // The completion will be posted to Asio's system context, which
+            // Asio creates at its first use: make sure that is now, where an
+            // allocation failure may still throw, and not on a compute worker.
+            ensure_system_context();
+        }
+        allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
+        entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+        try {
+            // The handler is the last member built: if anything throws, it
+            // has not moved, and goes to initiation_failure below instead.
+            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::forward<G>(body),
+                                                             std::move(core), options, std::move(opener));
+        } catch (...) {
+            initiation_failure<Handler, entry_op, result_type>::complete_in(
+                op, std::forward<H>(handler), std::current_exception(),
+                result_type(tl::unexpected<session_entry_error>(entry_base::out_of_memory_error())));
+            return;
+        }
+        if (!op->install_cancellation_handler()) return;
         // The context of the initiating side: a synchronous body running on
         // this thread, or the coroutine-local context of the handler's executor.
         session_context* ctx = current_sync_context();
@@ -594,6 +673,16 @@ public:
         if (io == nullptr) return false;
 
         Handler own_handler(std::forward<H>(handler));
+        // The completion's block, taken before the body runs (once it has
+        // run, its outcome must reach the handler, S19), and large enough for
+        // this entry's op as well: if the queue refuses the inline grant, the
+        // block goes back to this thread's cache whole, and launch() finds it
+        // there (a block reserved for a use_awaitable initiation stays one).
+        using completion = inline_completion_for<Handler, result_type>;
+        constexpr std::size_t block_size = std::max(sizeof(completion), sizeof(entry_op));
+        static_assert(alignof(completion) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                      "the inline completion comes from the entry cache");
+        void* block = allocate_entry_memory(block_size);
         // The body is invoked as the general path's own copy is, and lives as
         // long: until the permits are back (finish() destroys that copy after
         // the release). A capture holding the last reference to the host must
@@ -603,19 +692,21 @@ public:
         std::exception_ptr exception;
         std::optional<result_type> result = here::admit_and_run(*fn, core, options, opener, *io, exception);
         if (!result) {
+            deallocate_entry_memory(block, block_size);
             launch(std::move(own_handler), std::move(*fn), core_ptr, options, opener);
             return true;
         }
         // From here on neither the host nor its queue is touched: the body's
         // captures may destroy the host right now.
         fn.reset();
+        inline_completion* c = nullptr;
         try {
-            post_inline_completion(*io, inline_completion_for<Handler, result_type>::make(
-                                            std::move(own_handler), std::move(exception), std::move(*result)));
+            c = completion::make(block, std::move(own_handler), std::move(exception), std::move(*result));
         } catch (...) {
-            // The executor refused the completion (out of memory), or the
-            // handler's move threw: as on the general path, nobody can be told.
+            // The handler's move threw: as on the general path, nobody can be told.
+            return true;
         }
+        post_inline_completion(*io, c);
         return true;
     }
 
@@ -623,19 +714,32 @@ public:
     entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener)
         : entry_base(std::move(core), options, Kind),
           opener_(std::move(opener)),
-          handler_(std::forward<H>(handler)),
-          work_(asio::prefer(asio::get_associated_executor(handler_), asio::execution::outstanding_work.tracked)),
-          body_(std::in_place, std::forward<G>(body)) {
-        // Installed before the entry is queued, so a grant racing with us on
-        // another thread never finds the slot half-built. The slot is cleared
-        // in finish(), on the handler's executor, like Asio's own operations.
-        // (The op does not keep the slot: the handler hands out the same one
-        // again in finish(), and a parked entry is a word smaller.)
-        auto slot = asio::get_associated_cancellation_slot(handler_);
-        if (slot.is_connected()) slot.template emplace<cancel_handler>(this);
-    }
+          work_(asio::prefer(asio::get_associated_executor(handler), asio::execution::outstanding_work.tracked)),
+          body_(std::in_place, std::forward<G>(body)),
+          handler_(std::forward<H>(handler)) {}
 
 private:
+    /// Installed before the entry is queued, so a grant racing with us on
+    /// another thread never finds the slot half-built. The slot is cleared
+    /// in finish(), on the handler's executor, like Asio's own operations.
+    /// (The op does not keep the slot: the handler hands out the same one
+    /// again in finish(), and a parked entry is a word smaller.) Out of
+    /// memory for the handler, the entry completes with `executor` without
+    /// queueing (false): waiting with no way to be cancelled is not what
+    /// the caller asked for.
+    bool install_cancellation_handler() noexcept {
+        auto slot = asio::get_associated_cancellation_slot(handler_);
+        if (!slot.is_connected()) return true;
+        try {
+            slot.template emplace<cancel_handler>(this);
+            return true;
+        } catch (...) {
+            reject_counted(session_entry_errc::executor,
+                           "out of memory for the entry's cancellation handler; the entry did not queue");
+            return false;
+        }
+    }
+
     struct cancel_handler {
         explicit cancel_handler(entry_base* o) noexcept : op(o) {}
         entry_base* op;
@@ -686,18 +790,37 @@ private:
     auto plain_executor() const noexcept { return asio::prefer(work_, asio::execution::outstanding_work.untracked); }
 
     template <class Function>
-    void hop(bool may_dispatch, Function fn) {
+    void hop(bool may_dispatch, Function&& fn) {
         // (The untracked copy is made inside the hand-off: see hand_off_untracked.)
-        hand_off_untracked(work_, gate_, std::move(fn), may_dispatch);
+        hand_off_untracked(work_, gate_, std::forward<Function>(fn), may_dispatch);
+    }
+
+    /// Hands `fn` over, or parks the entry when that failed for want of
+    /// memory. A refusal of any other kind is reported by `fn`'s destructor
+    /// (the runner's drop(), the completion's discard()).
+    template <class Function>
+    bool hand_off_or_park(bool may_dispatch, Function fn, parked_handoff what) noexcept {
+        if (try_hand_off(fn, [&](Function&& f) { hop(may_dispatch, std::move(f)); })) return true;
+        fn.release();
+        retry_later(what);
+        return false;
     }
 
     void run_on_caller(bool may_dispatch) noexcept override {
-        try {
-            hop(may_dispatch, caller_runner(this));
-        } catch (...) {
-            // The executor refused the work; caller_runner's destructor has
-            // already reported it through drop().
+        hand_off_or_park(may_dispatch, caller_runner(this), parked_handoff::runner);
+    }
+
+    bool retry_handoff(parked_handoff what) noexcept override {
+        if (what == parked_handoff::runner) {
+            caller_runner fn(this);
+            if (try_hand_off(fn, [&](caller_runner&& f) { hop(false, std::move(f)); })) return true;
+            fn.release();
+        } else {
+            op_handoff<entry_base> fn(this);
+            if (try_hand_off(fn, [&](op_handoff<entry_base>&& f) { hop(false, std::move(f)); })) return true;
+            fn.release();
         }
+        return false;
     }
 
     asio::any_io_executor caller_executor() const override {
@@ -775,12 +898,21 @@ private:
             static_assert(traits::traits::default_executor,
                           "an asynchronous session body must return asio::awaitable<R> "
                           "(with the default any_io_executor)");
+            // The completion is built first and handed over by name, so that
+            // a throw is finished exactly once (S1, S19): making the awaitable
+            // throws with `done` still here (the body never started), and so
+            // does co_spawn before it takes `done`; once co_spawn has taken it,
+            // a throw destroys it there, which finishes the entry
+            // (body_dropped), and the entry may be gone when we get here.
+            async_completion done(this);
             try {
                 // body_ lives in this op until finish(), so a lambda coroutine's
                 // captures outlive its frame.
-                asio::co_spawn(std::move(ex), std::invoke(*body_, arg), async_completion(this));
+                auto body = std::invoke(*body_, arg);
+                asio::co_spawn(std::move(ex), std::move(body), std::move(done));
             } catch (...) {
-                // Making the awaitable threw before the coroutine existed.
+                if (done.op == nullptr) return;
+                done.op = nullptr;
                 exception_ = std::current_exception();
                 body_finished();
             }
@@ -800,9 +932,10 @@ private:
 
     void complete(bool may_dispatch) noexcept override {
         // The function object owns the op, so even an executor that discards
-        // it frees the op; if the executor throws, nobody can be told. The
-        // posted function itself counts as work while it is queued.
-        hop(may_dispatch, op_handoff<entry_base>(this));
+        // it frees the op; out of memory, the entry is parked and the
+        // completion posted again later (S19). The posted function itself
+        // counts as work while it is queued.
+        hand_off_or_park(may_dispatch, op_handoff<entry_base>(this), parked_handoff::completion);
     }
 
     /// On the handler's executor: clear the slot, release the tracked work,
@@ -875,7 +1008,6 @@ private:
     void destroy(allocator_type alloc) noexcept { free_op(this, alloc); }
 
     [[no_unique_address]] Opener opener_;
-    Handler handler_;
     // The handler's executor, tracked: it keeps the caller's context running
     // while the entry waits or runs elsewhere. The op keeps no second, plain
     // copy (an executor is up to 7 words): hops derive one inside the hand-off.
@@ -886,6 +1018,9 @@ private:
     /// The body's value once it returned (void bodies: whether it did).
     std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> value_{};
     std::exception_ptr exception_;
+    // Built last (launch: whatever throws while building the op leaves the
+    // handler where it was).
+    Handler handler_;
 };
 
 /// The initiation object handed to `asio::async_initiate`. `TryInline` is

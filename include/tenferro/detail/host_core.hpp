@@ -25,6 +25,9 @@ class entry_base;
 /// threads (at least 1).
 std::size_t resolve_permits(std::size_t requested) noexcept;
 
+/// Makes glibc load its unwinder now, once per process (host_core.cpp).
+void load_libc_unwinder() noexcept;
+
 class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
