@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -44,7 +45,7 @@ public:
         params.cq_entries = cq_entries;
         io_uring ring{};
         if (io_uring_queue_init_params(sq_entries, &ring, &params) < 0) return nullptr;
-        bool ok = (params.features & IORING_FEAT_NODROP) != 0;
+        bool ok = (params.features & IORING_FEAT_NODROP) != 0 && (params.features & IORING_FEAT_EXT_ARG) != 0;
         if (io_uring_probe* probe = io_uring_get_probe_ring(&ring)) {
             for (int op : {IORING_OP_OPENAT, IORING_OP_STATX, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_FSYNC,
                            IORING_OP_LINKAT, IORING_OP_RENAMEAT})
@@ -163,8 +164,34 @@ private:
         do {
             ret = submit_sq();
         } while (ret == -EINTR);
-        // On -EBUSY / -EAGAIN the entry stays queued; the reaper submits it once it
-        // has drained completions (the only reason the kernel refuses).
+        if (ret >= 0 || std::this_thread::get_id() == reaper_.get_id()) return;
+        // Refused (-EBUSY: a completion backlog; -EAGAIN: no kernel memory): the entry
+        // stays queued. The reaper pushes queued entries after each batch of
+        // completions (and, when refused itself, again every millisecond), but it
+        // may be asleep with nothing in flight: then no completion would wake it, so
+        // a submitter on another thread pushes its entry itself, pausing between
+        // tries with the lock released.
+        for (auto pause = std::chrono::microseconds(50); io_uring_sq_ready(&ring_) > 0;
+             pause = std::min(2 * pause, std::chrono::microseconds(10'000))) {
+            lock.unlock();
+            std::this_thread::sleep_for(pause);
+            lock.lock();
+            if (io_uring_sq_ready(&ring_) == 0) break;
+            do {
+                ret = submit_sq();
+            } while (ret == -EINTR);
+        }
+    }
+
+    // Pushes the entries queued but refused earlier; true if some are still queued.
+    bool push_backlog() noexcept {
+        std::lock_guard lock(sq_mutex_);
+        if (io_uring_sq_ready(&ring_) == 0) return false;
+        int ret;
+        do {
+            ret = submit_sq();
+        } while (ret == -EINTR);
+        return io_uring_sq_ready(&ring_) > 0;
     }
 
     void reap() noexcept {
@@ -174,9 +201,22 @@ private:
             io_request* request;
             int result;
         } done[batch];
+        bool backlog = false;  // entries queued that the kernel refused
         for (;;) {
             io_uring_cqe* first = nullptr;
-            const int ret = io_uring_wait_cqe(&ring_, &first);
+            int ret;
+            if (backlog) {
+                // Nothing may be in flight to wake us: try the backlog again soon.
+                // (IORING_FEAT_EXT_ARG: this wait submits nothing itself.)
+                __kernel_timespec timeout{0, 1'000'000};
+                ret = io_uring_wait_cqe_timeout(&ring_, &first, &timeout);
+            } else {
+                ret = io_uring_wait_cqe(&ring_, &first);
+            }
+            if (ret == -ETIME) {
+                backlog = push_backlog();
+                continue;
+            }
             if (ret < 0) {
                 if (ret == -EINTR || ret == -EAGAIN || ret == -EBUSY) continue;
                 std::abort();  // the ring itself is broken: nothing sane is left to do
@@ -197,8 +237,7 @@ private:
                 }
                 request->on_done(request, result);
             }
-            std::lock_guard lock(sq_mutex_);
-            if (io_uring_sq_ready(&ring_) > 0) submit_sq();
+            backlog = push_backlog();
         }
     }
 
