@@ -8,8 +8,9 @@
 // that succeeded left the new file; no temporary is left; no descriptor leaked.
 //
 // Replay one case: TENFERRO_IO_FAULT_CASE="SCENARIO KIND N" (N+ for a fault on every
-// call from N on), e.g. TENFERRO_IO_FAULT_CASE="write-new/named eio 4"; the run's
-// boundary calls are printed. docs/testing.md, "I/O faults".
+// call from N on, NxK on K calls from N on), e.g.
+// TENFERRO_IO_FAULT_CASE="write-new/named eio 4"; the run's boundary calls are
+// printed. docs/testing.md, "I/O faults".
 #include <tenferro/io.hpp>
 
 #include <dirent.h>
@@ -287,13 +288,17 @@ struct case_result {
     bool faulted = false;
 };
 
-// One case: `fault` at boundary call `at` (and every later one if `persistent`).
+// One case: `fault` at `count` boundary calls from call `at` on (0: every call).
 // Checks everything the issue asks; returns how many boundary calls the run made.
-case_result run_case(fixture& f, const scenario& s, io_fault fault, std::uint64_t at, bool persistent,
+case_result run_case(fixture& f, const scenario& s, io_fault fault, std::uint64_t at, std::uint64_t count,
                      bool print_log = false) {
     std::ostringstream replay;
-    replay << "TENFERRO_IO_FAULT_CASE=\"" << s.name << ' ' << name_of(fault) << ' ' << at << (persistent ? "+" : "")
-           << '"';
+    replay << "TENFERRO_IO_FAULT_CASE=\"" << s.name << ' ' << name_of(fault) << ' ' << at;
+    if (count == 0)
+        replay << '+';
+    else if (count > 1)
+        replay << 'x' << count;
+    replay << '"';
     INFO("replay: " << replay.str() << " (engine " << to_string(active_io_backend()) << ")");
     named_temp_guard temp_mode(s.named);
     f.prepare(s);
@@ -302,7 +307,7 @@ case_result run_case(fixture& f, const scenario& s, io_fault fault, std::uint64_
     tio::io_fault_record rec;
     std::vector<io_call> log;
     {
-        plan_guard plan({fault, at, persistent ? 0u : 1u});
+        plan_guard plan({fault, at, count});
         out = f.run(s);
         rec = tio::io_fault_counts();
         log = call_log(rec.calls);
@@ -362,18 +367,21 @@ TEST_CASE("io faults: every fault at every boundary call, for every operation") 
         std::istringstream in(only);
         std::string name, kind, n;
         in >> name >> kind >> n;
-        const bool persistent = !n.empty() && n.back() == '+';
-        const std::uint64_t at = std::strtoull(n.c_str(), nullptr, 10);
+        char* rest = nullptr;
+        const std::uint64_t at = std::strtoull(n.c_str(), &rest, 10);
+        std::uint64_t count = 1;
+        if (*rest == '+') count = 0;
+        if (*rest == 'x') count = std::strtoull(rest + 1, nullptr, 10);
         const scenario* s = nullptr;
         for (const auto& sc : scenarios)
             if (name == sc.name) s = &sc;
         io_fault fault = io_fault::none;
         for (io_fault k : all_faults)
             if (kind == name_of(k)) fault = k;
-        INFO("TENFERRO_IO_FAULT_CASE=\"" << only << "\": SCENARIO KIND N[+]");
+        INFO("TENFERRO_IO_FAULT_CASE=\"" << only << "\": SCENARIO KIND N[+|xCOUNT]");
         REQUIRE(s != nullptr);
         REQUIRE((fault != io_fault::none || kind == "none"));
-        run_case(f, *s, fault, at, persistent, true);
+        run_case(f, *s, fault, at, count, true);
         return;
     }
 
@@ -381,7 +389,7 @@ TEST_CASE("io faults: every fault at every boundary call, for every operation") 
     std::printf("io faults on the %s engine\n", std::string(to_string(active_io_backend())).c_str());
     for (const scenario& s : scenarios) {
         // The clean run: how many boundary calls, of which kinds.
-        const case_result clean = run_case(f, s, io_fault::none, 0, false);
+        const case_result clean = run_case(f, s, io_fault::none, 0, 1);
         const std::vector<io_call> clean_log = call_log(clean.calls);
         int runs = 0, faulted = 0;
         for (io_fault fault : all_faults) {
@@ -395,7 +403,7 @@ TEST_CASE("io faults: every fault at every boundary call, for every operation") 
                     // The calls before `at` are those of the clean run: skip a call the
                     // fault does not apply to.
                     if (at <= clean_log.size() && !applies(fault, clean_log[at - 1])) continue;
-                    const case_result r = run_case(f, s, fault, at, persistent);
+                    const case_result r = run_case(f, s, fault, at, persistent ? 0 : 1);
                     ++runs;
                     faulted += r.faulted ? 1 : 0;
                     if (r.calls < at) break;
@@ -407,4 +415,61 @@ TEST_CASE("io faults: every fault at every boundary call, for every operation") 
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("  %.1f s\n", seconds);
+}
+
+// ---------------------------------------------------------------------------
+// Regressions: the cases of the loop that failed before their fix, at fixed calls
+// (found in the clean run's log, so that they name the same call on both engines).
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// The number of the first boundary call of kind `c` in a clean run of `s`, or 0.
+std::uint64_t first_call(fixture& f, const scenario& s, io_call c, std::uint64_t after = 0) {
+    const case_result clean = run_case(f, s, io_fault::none, 0, 1);
+    const std::vector<io_call> log = call_log(clean.calls);
+    for (std::uint64_t i = after; i < log.size(); ++i)
+        if (log[i] == c) return i + 1;
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("io faults: a step completing with -EINTR is issued again, not failed") {
+    // io_uring completions carry -EINTR as the step's result (the pool engine
+    // retries its syscalls itself); every single step used to fail with EINTR.
+    fixture f;
+    for (const scenario& s : scenarios) {
+        for (io_call c : {io_call::open, io_call::stat, io_call::fsync, io_call::link, io_call::rename}) {
+            const std::uint64_t at = first_call(f, s, c);
+            if (at == 0) continue;
+            INFO(s.name << ": EINTR at the first " << name_of(c));
+            const case_result r = run_case(f, s, io_fault::eintr, at, 1);
+            CHECK(r.faulted);
+        }
+    }
+}
+
+TEST_CASE("io faults: a refused io_uring submission with nothing else in flight still completes") {
+    // The first request of an operation, submitted from the initiating thread while
+    // the reaper sleeps with nothing in flight: refused once, it used to stay queued
+    // for ever (the operation never completed). And a request the reaper submits,
+    // refused twice: the reaper used to go to sleep with it still queued.
+    fixture f;
+    for (io_fault fault : {io_fault::submit_eagain, io_fault::submit_ebusy}) {
+        for (const scenario& s : {scenarios[0], scenarios[2]}) {
+            const std::uint64_t first_submit = first_call(f, s, io_call::submit);
+            if (first_submit == 0) {
+                SUCCEED("no io_uring submissions on this engine");
+                return;
+            }
+            INFO(s.name << ": " << name_of(fault));
+            CHECK(run_case(f, s, fault, first_submit, 1).faulted);
+            // A step the reaper submits alone (the read's stat, the write's fsync):
+            // its submission refused, and the reaper's own push after the batch too.
+            const std::uint64_t step = first_call(f, s, s.write ? io_call::fsync : io_call::stat);
+            const std::uint64_t reaper_submit = first_call(f, s, io_call::submit, step);
+            CHECK(run_case(f, s, fault, reaper_submit, 2).faulted);
+        }
+    }
 }
