@@ -60,9 +60,8 @@ public:
     }
     void stat(io_request& r, int fd, struct statx* out) override {
         run(r, [=] {
-            return boundary_syscall(io_call::stat, [&](bool) {
-                return ::statx(fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_SIZE, out);
-            });
+            return boundary_syscall(io_call::stat,
+                                    [&](bool) { return ::statx(fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_SIZE, out); });
         });
     }
     void read(io_request& r, int fd, void* buf, std::uint32_t len, std::uint64_t offset) override {

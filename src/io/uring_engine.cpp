@@ -70,13 +70,16 @@ public:
 
     void open(io_request& r, const char* path, int flags, unsigned mode) override {
         submit(
-            r, io_call::open, 0, [&](io_uring_sqe* sqe, bool) { io_uring_prep_openat(sqe, AT_FDCWD, path, flags, mode); },
+            r, io_call::open, 0,
+            [&](io_uring_sqe* sqe, bool) { io_uring_prep_openat(sqe, AT_FDCWD, path, flags, mode); },
             [&](file_engine& pool) { pool.open(r, path, flags, mode); });
     }
     void stat(io_request& r, int fd, struct statx* out) override {
         submit(
             r, io_call::stat, 0,
-            [&](io_uring_sqe* sqe, bool) { io_uring_prep_statx(sqe, fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_SIZE, out); },
+            [&](io_uring_sqe* sqe, bool) {
+                io_uring_prep_statx(sqe, fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_SIZE, out);
+            },
             [&](file_engine& pool) { pool.stat(r, fd, out); });
     }
     void read(io_request& r, int fd, void* buf, std::uint32_t len, std::uint64_t offset) override {
@@ -101,12 +104,15 @@ public:
     void link(io_request& r, const char* from, const char* to) override {
         submit(
             r, io_call::link, 0,
-            [&](io_uring_sqe* sqe, bool) { io_uring_prep_linkat(sqe, AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW); },
+            [&](io_uring_sqe* sqe, bool) {
+                io_uring_prep_linkat(sqe, AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW);
+            },
             [&](file_engine& pool) { pool.link(r, from, to); });
     }
     void rename(io_request& r, const char* from, const char* to) override {
         submit(
-            r, io_call::rename, 0, [&](io_uring_sqe* sqe, bool) { io_uring_prep_renameat(sqe, AT_FDCWD, from, AT_FDCWD, to, 0); },
+            r, io_call::rename, 0,
+            [&](io_uring_sqe* sqe, bool) { io_uring_prep_renameat(sqe, AT_FDCWD, from, AT_FDCWD, to, 0); },
             [&](file_engine& pool) { pool.rename(r, from, to); });
     }
 
@@ -151,11 +157,12 @@ private:
             }
         }
         const io_fault fault = io_fault_at(call);
-        r.handoff.store(true, std::memory_order_release);
         if (const int err = io_fault_errno(fault)) {
             r.injected_result = -err;
+            r.handoff.store(true, std::memory_order_release);
             io_uring_prep_nop(sqe);
         } else {
+            r.handoff.store(true, std::memory_order_release);
             prep(sqe, fault == io_fault::short_transfer);
         }
         io_uring_sqe_set_flags(sqe, sqe_flags);

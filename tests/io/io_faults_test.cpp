@@ -49,8 +49,9 @@ namespace {
 // ---------------------------------------------------------------------------
 
 constexpr io_fault all_faults[] = {
-    io_fault::eio,          io_fault::enospc,        io_fault::eintr,     io_fault::eagain, io_fault::ecanceled,
-    io_fault::short_transfer, io_fault::submit_ebusy, io_fault::submit_eagain, io_fault::ring_full,
+    io_fault::eio,          io_fault::enospc,        io_fault::eintr,
+    io_fault::eagain,       io_fault::ecanceled,     io_fault::short_transfer,
+    io_fault::submit_ebusy, io_fault::submit_eagain, io_fault::ring_full,
 };
 // Also run with the fault on every call from N on.
 constexpr io_fault persistent_faults[] = {io_fault::eio, io_fault::short_transfer, io_fault::ring_full};
