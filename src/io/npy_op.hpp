@@ -63,7 +63,7 @@ protected:
     bool issue(Issue issue_request, std::error_code& ec) noexcept {
         static_assert(sizeof(Issue) <= sizeof(step_issue_) && alignof(Issue) <= alignof(void*) &&
                           std::is_trivially_copyable_v<Issue> && std::is_trivially_destructible_v<Issue>,
-                      "a step's request captures no more than `this`");
+                      "a step's request is a closure over `this` (and at most one more pointer)");
         ::new (static_cast<void*>(step_issue_)) Issue(issue_request);
         step_reissue_ = [](op_base& self) { (*std::launder(reinterpret_cast<Issue*>(self.step_issue_)))(self.step_); };
         return issue_step(ec);
