@@ -36,6 +36,9 @@ struct io_request {
     // Released by the io_uring engine before each submission and acquired before
     // on_done: the kernel orders the two, but thread sanitizers cannot see that.
     std::atomic<bool> handoff{false};
+    // The io_uring engine's fault shim (io_testing.hpp): non-zero, the request went
+    // to the kernel as a no-op and completes with this result instead.
+    int injected_result = 0;
 };
 
 class file_engine {

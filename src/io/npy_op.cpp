@@ -53,6 +53,12 @@ op_base::op_base(file_engine& engine) noexcept : engine_(engine) {
     step_.op = this;
     step_.on_done = [](io_request* r, int result) {
         auto* self = static_cast<step_request*>(r)->op;
+        if (result == -EINTR) {
+            // Interrupted before it did anything: the same request again.
+            std::error_code ec;
+            if (self->issue_step(ec)) return;
+            result = -ec.value();
+        }
         self->on_step(result);
     };
     for (auto& c : chunks_) {
@@ -62,6 +68,18 @@ op_base::op_base(file_engine& engine) noexcept : engine_(engine) {
             c.op->on_chunk(c, result);
         };
     }
+}
+
+bool op_base::issue_step(std::error_code& ec) noexcept {
+    try {
+        step_reissue_(*this);
+        return true;
+    } catch (const std::bad_alloc&) {
+        ec = system_error(ENOMEM);
+    } catch (...) {
+        ec = system_error(EIO);
+    }
+    return false;
 }
 
 void op_base::start_chunks(int fd, bool writing, std::uint64_t begin, std::uint64_t end) noexcept {

@@ -18,6 +18,7 @@
 #include <new>
 #include <span>
 #include <system_error>
+#include <type_traits>
 
 #include "io/file_engine.hpp"
 #include "io/io_testing.hpp"
@@ -56,17 +57,16 @@ protected:
     virtual void on_step(int result) noexcept = 0;
 
     /// Issues one single-step request; false (with `ec` set) if it could not be issued.
+    /// The request is kept so that a step interrupted (-EINTR, which io_uring
+    /// completions can carry) is issued again rather than failing the operation.
     template <class Issue>
     bool issue(Issue issue_request, std::error_code& ec) noexcept {
-        try {
-            issue_request(step_);
-            return true;
-        } catch (const std::bad_alloc&) {
-            ec = system_error(ENOMEM);
-        } catch (...) {
-            ec = system_error(EIO);
-        }
-        return false;
+        static_assert(sizeof(Issue) <= sizeof(step_issue_) && alignof(Issue) <= alignof(void*) &&
+                          std::is_trivially_copyable_v<Issue> && std::is_trivially_destructible_v<Issue>,
+                      "a step's request is a closure over `this` (and at most one more pointer)");
+        ::new (static_cast<void*>(step_issue_)) Issue(issue_request);
+        step_reissue_ = [](op_base& self) { (*std::launder(reinterpret_cast<Issue*>(self.step_issue_)))(self.step_); };
+        return issue_step(ec);
     }
 
     // --- the chunk phase: file bytes [begin, end) to or from memory ---
@@ -81,6 +81,9 @@ protected:
     void start_chunks(int fd, bool writing, std::uint64_t begin, std::uint64_t end) noexcept;
 
 private:
+    // Runs the kept step request; false (with `ec` set) if it could not be issued.
+    bool issue_step(std::error_code& ec) noexcept;
+
     struct step_request : io_request {
         op_base* op = nullptr;
     };
@@ -104,6 +107,9 @@ protected:
 private:
     std::atomic<bool> cancelled_{false};
     step_request step_;
+    // The last single-step request (a closure over `this`), to issue it again.
+    alignas(void*) unsigned char step_issue_[2 * sizeof(void*)];
+    void (*step_reissue_)(op_base&) = nullptr;
     std::mutex mutex_;
     std::array<chunk_request, max_in_flight> chunks_;
     int fd_for_chunks_ = -1;

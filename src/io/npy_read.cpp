@@ -100,7 +100,7 @@ private:
             stage_ = stage::reading_header;
             return read_header_rest();
         case stage::reading_header:
-            if (result == -EINTR || result == -EAGAIN) return read_header_rest();
+            if (result == -EAGAIN) return read_header_rest();
             if (result < 0) return finish(system_error(-result));
             if (result == 0) return finish(npy_errc::truncated_header);  // the file shrank
             header_got_ += static_cast<std::size_t>(result);
