@@ -1083,13 +1083,13 @@ std::vector<scenario> exhaustive_configs() {
     v[v.size() - 1].entries[0].suspensions = 1;
     // 7. Systematically: 3 entries (e0, e2 on one caller context, e1 on
     // another), 1 or 2 permits (e1 weighted 1 or 2), every placement, no
-    // cancellation or one of any entry, no poisoning or at any of the first 4
-    // hook calls.
+    // cancellation or one of any entry; no observer (-1: bodies ready at
+    // their grant), a counting one (0), or one that throws at hook call 1-4.
     for (std::size_t permits = 1; permits <= 2; ++permits)
         for (std::size_t w1 = 1; w1 <= permits; ++w1)
             for (int places = 0; places < 8; ++places)
                 for (int cancelled = -1; cancelled < 3; ++cancelled)
-                    for (int poison = 0; poison <= 4; ++poison) {
+                    for (int poison = -1; poison <= 4; ++poison) {
                         std::vector<entry_spec> es;
                         std::vector<op> ops;
                         for (int i = 0; i < 3; ++i) {
@@ -1101,7 +1101,11 @@ std::vector<scenario> exhaustive_configs() {
                         add("grid p" + std::to_string(permits) + " w" + std::to_string(w1) + " places" +
                                 std::to_string(places) + " cancel" + std::to_string(cancelled) + " poison" +
                                 std::to_string(poison),
-                            permits, 2, std::move(es), std::move(ops), poison > 0 ? 2 : 1, poison);
+                            permits, 2, std::move(es), std::move(ops),
+                            poison < 0    ? 0
+                            : poison == 0 ? 1
+                                          : 2,
+                            poison);
                     }
     return v;
 }
@@ -1163,10 +1167,10 @@ int run_exhaustive(int only, const char* choices, bool verbose, std::uint64_t ca
             const run_outcome r = run_scenario(sc, choose, verbose);
             if (!r.ok) {
                 std::printf(
-                    "sim: FAILED exhaustive config %d (%s), schedule %llu: %s\nscenario: %s\nreplay: ./dev sim "
-                    "--exhaustive --config %d --choices %s --verbose\n",
-                    c, sc.name.c_str(), static_cast<unsigned long long>(n), r.failure.c_str(), describe(sc).c_str(), c,
-                    join(choose.taken()).c_str());
+                    "sim: FAILED exhaustive config %d (%s), schedule %llu (%llu schedules in all): %s\nscenario: "
+                    "%s\nreplay: ./dev sim --exhaustive --config %d --choices %s --verbose\n",
+                    c, sc.name.c_str(), static_cast<unsigned long long>(n), static_cast<unsigned long long>(total + n),
+                    r.failure.c_str(), describe(sc).c_str(), c, join(choose.taken()).c_str());
                 std::fflush(stdout);
                 std::_Exit(1);
             }
