@@ -75,7 +75,9 @@ struct host_options {
     /// most that many permits are held at once, however many threads the
     /// executor has. A body posted here that the executor destroys unrun (its
     /// context shut down) completes with `executor` and returns its permits
-    /// (S12). The executor must outlive the host's last session.
+    /// (S12). The executor must outlive the host's last session. The host
+    /// counts no outstanding work on it: an `io_context` that serves as one
+    /// needs a work guard to keep `run()` from returning while idle.
     ///
     /// \code
     /// asio::thread_pool gpu_feeders(2);

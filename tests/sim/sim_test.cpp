@@ -18,8 +18,9 @@
 //                                    (or one configuration, or one schedule)
 //
 // Not covered: the inline fast paths (try_run_inline, awaitable_entry) need
-// an io_context executor and take the general path here; batch_options'
-// max_delay (B6) has its own timer thread, which the simulation does not own.
+// an io_context executor and take the general path here. The batcher's
+// max_delay (B6) runs on the simulated clock through batch_options::timer;
+// its default timer thread is not simulated.
 
 #include "sim_executor.hpp"
 
@@ -74,6 +75,7 @@ struct batch_spec {
     bool async = false;
     int throw_on_batch = -1;  // the k-th batch's body throws (0-based), -1 never
     int wrong_count_on_batch = -1;
+    std::uint64_t max_delay = 0;  // virtual microseconds; 0: no delay (B1), else B6 on the simulated timer
     std::vector<item_spec> items;
 };
 
@@ -132,7 +134,8 @@ std::string describe(const scenario& sc) {
     if (sc.batch.on) {
         s += "  batcher max_batch=" + std::to_string(sc.batch.max_batch) + " " + placement_name(sc.batch.where) +
              (sc.batch.async ? " async" : " sync") + " throw@" + std::to_string(sc.batch.throw_on_batch) +
-             " wrong-count@" + std::to_string(sc.batch.wrong_count_on_batch) + " items:";
+             " wrong-count@" + std::to_string(sc.batch.wrong_count_on_batch) +
+             " max_delay=" + std::to_string(sc.batch.max_delay) + " items:";
         for (const item_spec& it : sc.batch.items)
             s += " ctx" + (it.ctx < 0 ? std::string("P") : std::to_string(it.ctx)) + (it.cancel ? "c" : "");
         s += "\n";
@@ -186,6 +189,7 @@ scenario generate(std::uint64_t seed) {
         b.async = r.chance(1, 2);
         b.throw_on_batch = r.chance(1, 5) ? static_cast<int>(r.below(3)) : -1;
         b.wrong_count_on_batch = r.chance(1, 8) ? static_cast<int>(r.below(3)) : -1;
+        b.max_delay = r.chance(1, 2) ? 0 : 1 + r.below(3);
         const int items = 1 + static_cast<int>(r.below(6));
         for (int i = 0; i < items; ++i) {
             item_spec it;
@@ -251,6 +255,23 @@ struct sim_backend {
 
 using host_type = session_host<sim_backend>;
 
+/// The batcher's delay timer on the simulated clock (batch_options::timer):
+/// each wake-up is a timer of the simulation, fired when the scheduler
+/// chooses to move time on. Replaced wake-ups still fire (the batcher must
+/// find nothing due then).
+struct sim_timer final : batch_timer {
+    sim_context* ctx;
+    int exec;
+    sim_timer(sim_context& c, int e) : ctx(&c), exec(e) {}
+    std::chrono::steady_clock::time_point now() override {
+        return std::chrono::steady_clock::time_point(std::chrono::microseconds(ctx->now()));
+    }
+    void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) override {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(when.time_since_epoch()).count();
+        ctx->post_at(exec, us < 0 ? 0 : static_cast<std::uint64_t>(us), std::move(fire));
+    }
+};
+
 struct body_error : std::runtime_error {
     explicit body_error(int i) : std::runtime_error("body " + std::to_string(i)), id(i) {}
     int id;
@@ -285,6 +306,7 @@ struct item_rec {
     bool submitted = false, in_batch = false;
     int completions = 0;
     bool rejected_at_submit = false;
+    std::uint64_t submitted_at = 0;  // virtual time
     asio::cancellation_signal signal;
 };
 
@@ -316,6 +338,7 @@ struct world {
     int init_grants = 0, inner_admits = 0, cancel_target = -1;
     bool cancel_expect_removed = false;
     std::uint64_t batches_run = 0;
+    bool any_item_cancel = false;
     std::uint64_t max_compute_item_seq = 0;
     int batch_sessions_in_flight = 0;
     detail::permit_counters last{};
@@ -816,11 +839,12 @@ void world::submit(int k) {
     it.ctx = caller_ctx(spec.ctx, it.private_ctx, "item" + std::to_string(k));
     it.submitted = true;
     it.seq = ++item_seq;
+    it.submitted_at = ctx.now();
     // B1: an item submitted to an idle host and an idle batcher starts its
     // session at once.
     const detail::permit_counters before = counters();
-    const bool idle = before.available == before.permits && before.waiting == 0 && batch_sessions_in_flight == 0 &&
-                      batch->stats().waiting == 0 && !host->poisoned() && !shut_flag;
+    const bool idle = sc.batch.max_delay == 0 && before.available == before.permits && before.waiting == 0 &&
+                      batch_sessions_in_flight == 0 && batch->stats().waiting == 0 && !host->poisoned() && !shut_flag;
     trace("submit item" + std::to_string(k));
     batch->submit(
         k, asio::bind_cancellation_slot(
@@ -908,15 +932,26 @@ void world::start() {
     last = counters();
     applied_admitted = last.admitted;
     items.resize(sc.batch.items.size());
+    for (const item_spec& it : sc.batch.items) any_item_cancel = any_item_cancel || it.cancel;
     if (sc.batch.on) {
         rec_host = std::make_unique<recording_host>(recording_host{this});
         batch_options bo;
         bo.max_batch = sc.batch.max_batch;
         bo.session.where = sc.batch.where;
+        if (sc.batch.max_delay > 0) {
+            bo.max_delay = std::chrono::microseconds(sc.batch.max_delay);
+            bo.timer = std::make_shared<sim_timer>(ctx, ctx.add_executor("batch-timer", true));
+        }
         auto check_batch = [this](std::span<int> in) {
             const int b = static_cast<int>(batches_run++);
             check(!in.empty(), "B2: a batch body received no items");
             check(in.size() <= sc.batch.max_batch, "B2: a batch exceeds max_batch");
+            // B6: a partial batch is entered only once its first item has
+            // waited max_delay (cancellations can thin a full one: not then).
+            if (sc.batch.max_delay > 0 && !in.empty() && in.size() < sc.batch.max_batch && !any_item_cancel)
+                check(ctx.now() >= items[in.front()].submitted_at + sc.batch.max_delay,
+                      "B6: a partial batch started " + std::to_string(ctx.now() - items[in.front()].submitted_at) +
+                          " us after its first item, before max_delay");
             std::uint64_t prev = 0;
             for (int k : in) {
                 item_rec& x = items[k];
