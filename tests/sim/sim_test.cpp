@@ -1116,7 +1116,34 @@ std::vector<scenario> exhaustive_configs() {
     add("async-cancel", 1, 2, {E(1, P::caller, 0, -1, body_kind::async), E(1, P::compute, 1, 0), E(1, P::caller, 0)},
         {enter(0), enter(1), cancel(1), enter(2)});
     v[v.size() - 1].entries[0].suspensions = 1;
-    // 7. Systematically: 3 entries (e0, e2 on one caller context, e1 on
+    // 7. The batcher, with either delay policy. No delay: one plain entry
+    // competing, three items on two contexts, the second cancelled; with a
+    // delay (where every wake-up of the timer is one more choice point), two
+    // items, the second cancelled. max_batch 2.
+    for (std::uint64_t delay = 0; delay <= 1; ++delay)
+        for (int where = 0; where < 2; ++where) {
+            const P p = where == 0 ? P::compute : P::caller;
+            std::vector<entry_spec> es;
+            std::vector<op> ops;
+            if (delay == 0) {
+                es.push_back(E(1, P::compute, 0));
+                ops.push_back(enter(0));
+            }
+            ops.push_back(op{op_kind::submit, 0, 0});
+            ops.push_back(op{op_kind::submit, 1, 0});
+            ops.push_back(op{op_kind::cancel_item, 1, 0});
+            if (delay == 0) ops.push_back(op{op_kind::submit, 2, 0});
+            add(std::string("batcher ") + placement_name(p) + (delay > 0 ? " max_delay" : " no-delay"), 1, 2,
+                std::move(es), std::move(ops));
+            batch_spec& b = v.back().batch;
+            b.on = true;
+            b.max_batch = 2;
+            b.where = p;
+            b.max_delay = delay;
+            b.items = {item_spec{0, false}, item_spec{1, true}};
+            if (delay == 0) b.items.push_back(item_spec{0, false});
+        }
+    // 8. Systematically: 3 entries (e0, e2 on one caller context, e1 on
     // another), 1 or 2 permits (e1 weighted 1 or 2), every placement, no
     // cancellation or one of any entry; no observer (-1: bodies ready at
     // their grant), a counting one (0), or one that throws at hook call 1-4.
