@@ -13,6 +13,9 @@
 //
 //   sim_test --seeds N [--first S]   N seeds from S (default: TENFERRO_SIM_SEEDS or 2000, from 1)
 //   sim_test --seed S [--verbose]    one seed (the replay of a failure)
+//   sim_test --seed S --keep-ops i,j --schedule T
+//                                    the seed's scenario with only those operations,
+//                                    scheduled by chooser seed T (a shrunk failure)
 //   sim_test --exhaustive [--config C] [--choices a,b,..]
 //                                    every schedule of the small configurations
 //                                    (or one configuration, or one schedule)
@@ -1188,13 +1191,62 @@ std::vector<std::uint32_t> parse_choices(const char* s) {
     return v;
 }
 
-int run_seeds(std::uint64_t first, std::uint64_t count, bool verbose) {
+/// The scenario with only the operations at `keep` (indices into its ops).
+scenario restrict_ops(const scenario& sc, const std::vector<std::uint32_t>& keep) {
+    scenario r = sc;
+    r.ops.clear();
+    for (std::uint32_t k : keep)
+        if (k < sc.ops.size()) r.ops.push_back(sc.ops[k]);
+    return r;
+}
+
+std::string rule_of(const std::string& failure) { return failure.substr(0, failure.find(':')); }
+
+/// Shrinks a failing seed's operation list: drops one operation at a time
+/// while some schedule (chooser seeds seed .. seed + 99) still breaks the same
+/// rule. Prints the smallest list found and its replay command.
+void shrink(std::uint64_t seed, const scenario& sc, const std::string& failure) {
+    std::vector<std::uint32_t> keep;
+    for (std::uint32_t k = 0; k < sc.ops.size(); ++k) keep.push_back(k);
+    std::uint64_t schedule = seed;
+    std::string last = failure;
+    const std::string rule = rule_of(failure);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (std::size_t k = 0; k < keep.size(); ++k) {
+            std::vector<std::uint32_t> candidate = keep;
+            candidate.erase(candidate.begin() + static_cast<std::ptrdiff_t>(k));
+            const scenario smaller = restrict_ops(sc, candidate);
+            for (std::uint64_t t = seed; t < seed + 100; ++t) {
+                chooser choose(t);
+                const run_outcome r = run_scenario(smaller, choose, false);
+                if (!r.ok && rule_of(r.failure) == rule) {
+                    keep = std::move(candidate);
+                    schedule = t;
+                    last = r.failure;
+                    progress = true;
+                    break;
+                }
+            }
+            if (progress) break;
+        }
+    }
+    std::printf(
+        "shrunk: %zu of %zu operations still fail (%s)\nscenario: %s\nreplay: ./dev sim --seed %llu --keep-ops %s "
+        "--schedule %llu --verbose\n",
+        keep.size(), sc.ops.size(), last.c_str(), describe(restrict_ops(sc, keep)).c_str(),
+        static_cast<unsigned long long>(seed), join(keep).c_str(), static_cast<unsigned long long>(schedule));
+}
+
+int run_seeds(std::uint64_t first, std::uint64_t count, bool verbose, const char* keep_ops,
+              const std::uint64_t* schedule, bool do_shrink) {
     const auto t0 = std::chrono::steady_clock::now();
     std::uint64_t steps = 0;
     for (std::uint64_t s = first; s < first + count; ++s) {
-        const scenario sc = generate(s);
+        scenario sc = generate(s);
+        if (keep_ops != nullptr) sc = restrict_ops(sc, parse_choices(keep_ops));
         if (verbose) std::printf("seed %llu:\n%s\n", static_cast<unsigned long long>(s), describe(sc).c_str());
-        chooser choose(s);
+        chooser choose(schedule != nullptr ? *schedule : s);
         const run_outcome r = run_scenario(sc, choose, verbose);
         steps += r.steps;
         if (!r.ok) {
@@ -1203,6 +1255,8 @@ int run_seeds(std::uint64_t first, std::uint64_t count, bool verbose) {
                 "%llu --verbose\n",
                 static_cast<unsigned long long>(s), static_cast<unsigned long long>(s - first + 1), r.failure.c_str(),
                 describe(sc).c_str(), join(choose.taken()).c_str(), static_cast<unsigned long long>(s));
+            std::fflush(stdout);
+            if (do_shrink && keep_ops == nullptr) shrink(s, sc, r.failure);
             std::fflush(stdout);
             std::_Exit(1);
         }
@@ -1267,6 +1321,9 @@ int main(int argc, char** argv) {
     bool exhaustive = false, verbose = false, one = false;
     int config = -1;
     const char* choices = nullptr;
+    const char* keep_ops = nullptr;
+    std::uint64_t schedule = 0;
+    bool has_schedule = false, do_shrink = true;
     std::uint64_t cap = 2'000'000;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -1290,17 +1347,25 @@ int main(int argc, char** argv) {
             config = std::atoi(next());
         } else if (a == "--choices") {
             choices = next();
+        } else if (a == "--keep-ops") {
+            keep_ops = next();
+        } else if (a == "--schedule") {
+            schedule = std::strtoull(next(), nullptr, 10);
+            has_schedule = true;
+        } else if (a == "--no-shrink") {
+            do_shrink = false;
         } else if (a == "--cap") {
             cap = std::strtoull(next(), nullptr, 10);
         } else if (a == "--verbose") {
             verbose = true;
         } else {
-            std::fprintf(stderr,
-                         "usage: sim_test [--seeds N] [--first S] | --seed S [--verbose] | --exhaustive [--config C] "
-                         "[--choices a,b,..] [--cap N]\n");
+            std::fprintf(
+                stderr,
+                "usage: sim_test [--seeds N] [--first S] [--no-shrink] | --seed S [--keep-ops i,j,..] [--schedule T] "
+                "[--verbose] | --exhaustive [--config C] [--choices a,b,..] [--cap N]\n");
             return 2;
         }
     }
     if (exhaustive) return run_exhaustive(config, choices, verbose, cap);
-    return run_seeds(first, one ? 1 : count, verbose);
+    return run_seeds(first, one ? 1 : count, verbose, keep_ops, has_schedule ? &schedule : nullptr, do_shrink);
 }
