@@ -44,6 +44,26 @@
 
 namespace tenferro {
 
+/// The timer behind `batch_options::max_delay` (B6), for a program that
+/// wants to drive it itself. By default a batcher with a delay runs one
+/// thread of its own that sleeps until the next partial batch is due; given a
+/// `batch_timer`, it starts no thread and asks the timer instead. The batcher
+/// decides when a batch is due either way (one code path); only the waiting
+/// differs. Uses: an event loop that has timers already (an `asio::steady_timer`
+/// on the server's io_context), and the deterministic simulation
+/// (tests/sim/), whose clock is virtual.
+class batch_timer {
+public:
+    virtual ~batch_timer() = default;
+    /// The time on the timer's clock; the batcher stamps each item with it.
+    virtual std::chrono::steady_clock::time_point now() = 0;
+    /// Calls `fire` once, at `when` or soon after, on any thread, never inside
+    /// this call; replaces the call asked for before, if it has not happened
+    /// yet (a replaced call may still happen: the batcher then finds nothing
+    /// due). `fire` is cheap and does not block; it may enter sessions.
+    virtual void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) = 0;
+};
+
 /// How a batcher forms its batches.
 struct batch_options {
     /// Items per session, at most (0 is taken as 1).
@@ -54,6 +74,9 @@ struct batch_options {
     std::chrono::microseconds max_delay{0};
     /// How each batch's session is entered (permits, wait policy, placement).
     session_options session = {};
+    /// With `max_delay > 0`: the timer that wakes the batcher when a partial
+    /// batch is due. Null (the default): a thread of the batcher's own.
+    std::shared_ptr<batch_timer> timer = nullptr;
 };
 
 /// A snapshot of a batcher's counters. At quiescence
@@ -320,13 +343,13 @@ public:
         std::size_t start = 0;
         {
             const std::lock_guard lock(mutex_);
-            it.submitted_at = std::chrono::steady_clock::now();
+            it.submitted_at = now();
             it.where = item::stage::waiting;
             link_back(it);
             ++submitted_;
             start = plan_locked();
         }
-        if (options_.max_delay.count() > 0) timer_wake_.notify_one();
+        delay_news();
         enter_sessions(start);
     }
 
@@ -399,12 +422,27 @@ public:
         return s;
     }
 
-    /// B6: the timer thread's loop (max_delay > 0 only).
+    /// B6 with a user's timer (batch_options::timer): it fired. The same
+    /// decision as the thread's loop below: a partial batch whose first item
+    /// has waited max_delay is entered; then the timer is set for the next.
+    void timer_fired() noexcept {
+        std::size_t start = 0;
+        {
+            const std::lock_guard lock(mutex_);
+            armed_.reset();
+            const std::optional<std::chrono::steady_clock::time_point> deadline = delay_deadline_locked();
+            if (deadline && now() >= *deadline) start = plan_locked(true);
+        }
+        enter_sessions(start);
+        rearm();
+    }
+
+    /// B6: the timer thread's loop (max_delay > 0, no batch_options::timer).
     void timer_loop() noexcept {
         std::unique_lock lock(mutex_);
         while (!closed_) {
             std::optional<std::chrono::steady_clock::time_point> deadline = delay_deadline_locked();
-            if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+            if (deadline && now() >= *deadline) {
                 const std::size_t start = plan_locked(true);
                 lock.unlock();
                 enter_sessions(start);
@@ -471,6 +509,45 @@ private:
     std::optional<std::chrono::steady_clock::time_point> delay_deadline_locked() const noexcept {
         if (head_ == nullptr || unclaimed_ != 0 || sessions_ >= max_sessions_) return std::nullopt;
         return head_->submitted_at + options_.max_delay;
+    }
+
+    // -- the delay's timer (B6) -------------------------------------------------
+
+    std::chrono::steady_clock::time_point now() const {
+        return options_.timer ? options_.timer->now() : std::chrono::steady_clock::now();
+    }
+
+    /// What the delay's deadline depends on changed (an item came, a batch was
+    /// taken, a session finished): wake the thread, or set the user's timer.
+    void delay_news() noexcept {
+        if (options_.max_delay.count() == 0) return;
+        if (!options_.timer) {
+            timer_wake_.notify_one();
+            return;
+        }
+        rearm();
+    }
+
+    /// Sets the user's timer for the current deadline, unless it is set for it
+    /// already (outside the lock: the timer is user code).
+    void rearm() noexcept {
+        std::optional<std::chrono::steady_clock::time_point> deadline;
+        {
+            const std::lock_guard lock(mutex_);
+            if (closed_) return;
+            deadline = delay_deadline_locked();
+            if (!deadline || deadline == armed_) return;
+            armed_ = deadline;
+        }
+        try {
+            options_.timer->wake_at(*deadline, [weak = this->weak_from_this()] {
+                if (const auto core = weak.lock()) core->timer_fired();
+            });
+        } catch (...) {
+            // Out of memory: forget the deadline, so that the next news retries.
+            const std::lock_guard lock(mutex_);
+            armed_.reset();
+        }
     }
 
     // -- sessions ------------------------------------------------------------
@@ -607,7 +684,7 @@ private:
             --unclaimed_;
             run.taken.store(true, std::memory_order_release);
         }
-        if (options_.max_delay.count() > 0) timer_wake_.notify_one();
+        delay_news();
     }
 
     void note_batch(std::size_t n) {
@@ -680,7 +757,7 @@ private:
                 completed_ += n;
             start = plan_locked();
         }
-        if (options_.max_delay.count() > 0) timer_wake_.notify_one();
+        delay_news();
         // Keep the host busy first: the items' completions are posts anyway.
         enter_sessions(start);
         for (std::size_t i = 0; i < n; ++i) {
@@ -715,6 +792,7 @@ private:
 
     mutable std::mutex mutex_;
     std::condition_variable timer_wake_;
+    std::optional<std::chrono::steady_clock::time_point> armed_;  // the user's timer is set for this
     item* head_ = nullptr;
     item* tail_ = nullptr;
     std::size_t waiting_ = 0;
@@ -798,7 +876,8 @@ public:
                 },
                 nullptr);
         }
-        if (core_->options().max_delay.count() > 0) timer_ = std::thread([core = core_] { core->timer_loop(); });
+        if (core_->options().max_delay.count() > 0 && !core_->options().timer)
+            timer_ = std::thread([core = core_] { core->timer_loop(); });
     }
 
     /// Items still waiting complete with `executor`; sessions already entered

@@ -66,6 +66,27 @@ struct host_options {
     /// Optional start-up hook of the compute workers, as
     /// `cpu_backend_options::on_worker_start`.
     std::function<void(std::size_t worker_index)> on_worker_start = nullptr;
+    /// Optional: bring your own compute pool. When set, the host starts no
+    /// compute workers (`cpus` and `on_worker_start` are ignored): every
+    /// `placement::compute` body is posted to this executor (never run inline
+    /// in the initiating function or in another entry's release), an
+    /// asynchronous body's steps run there too, and `session_grant::executor`
+    /// is an executor that posts to it. `permits` still counts permits: at
+    /// most that many permits are held at once, however many threads the
+    /// executor has. A body posted here that the executor destroys unrun (its
+    /// context shut down) completes with `executor` and returns its permits
+    /// (S12). The executor must outlive the host's last session. The host
+    /// counts no outstanding work on it: an `io_context` that serves as one
+    /// needs a work guard to keep `run()` from returning while idle.
+    ///
+    /// \code
+    /// asio::thread_pool gpu_feeders(2);
+    /// tenferro::session_host<stream_pool> gpu({.permits = 4, .compute_executor = gpu_feeders.get_executor()});
+    /// \endcode
+    ///
+    /// The deterministic simulation (tests/sim/) sets it to a simulated
+    /// executor, so that one seeded scheduler owns every hop of the host.
+    asio::any_io_executor compute_executor = {};
 };
 
 namespace detail {
@@ -104,7 +125,7 @@ public:
     using session_type = typename B::session_type;
 
     /// Constructs the backend in place from `backend_args`, then starts
-    /// `options.permits` compute workers.
+    /// `options.permits` compute workers (none with `options.compute_executor`).
     /// \throws std::system_error for an invalid CPU in `options.cpus`; the
     /// first exception of `options.on_worker_start`; what `B`'s constructor throws.
     template <class... A>
@@ -112,7 +133,7 @@ public:
         : backend_(std::forward<A>(backend_args)...),
           core_(std::make_shared<detail::host_core>(
               std::string(backend_.name()), detail::resolve_permits(options.permits), options.max_waiters, options.cpus,
-              std::move(options.observer), std::move(options.on_worker_start))) {}
+              std::move(options.observer), std::move(options.on_worker_start), std::move(options.compute_executor))) {}
 
     /// `shutdown()`, then waits for running sessions, then joins the workers;
     /// the backend is destroyed last.
@@ -161,7 +182,7 @@ public:
     const B& backend() const noexcept { return backend_; }
     /// `backend().name()`, as it was when the host was built.
     std::string_view name() const noexcept { return core_->name(); }
-    /// Total permits (= compute workers).
+    /// Total permits (= compute workers, unless `compute_executor` was given).
     std::size_t permits() const noexcept { return core_->queue().permits(); }
     /// A consistent snapshot of the admission counters.
     admission_stats stats() const { return core_->stats(); }

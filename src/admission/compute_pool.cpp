@@ -85,6 +85,8 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
     }
 }
 
+compute_pool::compute_pool(asio::any_io_executor external) : external_(std::move(external)) {}
+
 compute_pool::~compute_pool() {
     pool_task* orphans = nullptr;
     {
@@ -116,6 +118,7 @@ void compute_pool::submit(pool_task& task) noexcept {
             return;
         }
     }
+    if (external_) return submit_external(task);
     {
         std::lock_guard lock(mutex_);
         if (!stopping_) {
@@ -137,6 +140,43 @@ void compute_pool::submit(pool_task& task) noexcept {
     // Only reachable when work is submitted while the pool is being destroyed
     // (a session body leaking work past its host); the owner learns via drop().
     task.drop();
+}
+
+namespace {
+
+// A task on its way through the user's executor (host_options::compute_executor).
+// Owns the task until it runs: destroyed unrun (the executor shut down, or the
+// post failed), it drops it, so the entry completes with `executor` (S12).
+struct external_runner {
+    compute_pool* pool;
+    pool_task* task;
+    external_runner(compute_pool* p, pool_task* t) noexcept : pool(p), task(t) {}
+    external_runner(external_runner&& other) noexcept : pool(other.pool), task(std::exchange(other.task, nullptr)) {}
+    external_runner& operator=(external_runner&&) = delete;
+    ~external_runner() {
+        if (task != nullptr) task->drop();
+    }
+    void operator()() {
+        // While it runs, the task is on the pool (running_in_this_thread):
+        // the pool's executor then runs a coroutine's next step inline, as
+        // on a worker of its own.
+        pool_task* t = std::exchange(task, nullptr);
+        const compute_pool* previous = current_pool;
+        current_pool = pool;
+        t->run();
+        current_pool = previous;
+    }
+};
+
+}  // namespace
+
+void compute_pool::submit_external(pool_task& task) noexcept {
+    try {
+        asio::post(external_, external_runner(this, &task));
+    } catch (...) {
+        // Out of memory, or an executor that refuses work: the runner was
+        // destroyed unrun and dropped the task.
+    }
 }
 
 pool_task* compute_pool::try_pop() noexcept {
@@ -273,6 +313,13 @@ private:
 void compute_pool::parallel_for(std::size_t workers, std::int64_t count, std::int64_t grain,
                                 function_ref<void(std::int64_t, std::int64_t)> body) {
     if (count <= 0) return;
+    if (external_) {
+        // No workers of our own: helpers posted to the user's executor could
+        // wait behind this very call (a single-threaded executor would never
+        // run them), so the calling thread covers every range.
+        body(0, count);
+        return;
+    }
     if (grain < 1) grain = 1;
     const std::int64_t max_chunks = (count + grain - 1) / grain;
     const std::int64_t parts =

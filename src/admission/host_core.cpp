@@ -10,10 +10,12 @@
 namespace tenferro::detail {
 
 host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-                     std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start)
+                     std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start,
+                     asio::any_io_executor compute_executor)
     : name_(std::move(name)),
       queue_(permits, max_waiters),
-      pool_(std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
+      pool_(compute_executor ? std::make_unique<compute_pool>(std::move(compute_executor))
+                             : std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
       observer_(std::move(observer)) {
     // The thread that retries hand-offs which failed for want of memory
     // (S19): started here, where throwing is allowed, so that no entry ever

@@ -1160,3 +1160,71 @@ TEST_CASE("A session_type that can be neither copied nor moved, returned as a pr
     CHECK(device.backend().sessions_opened() == 1);
     CHECK(test::all_sessions_closed(device));
 }
+
+TEST_CASE("host_options::compute_executor: compute-placed bodies run on the given executor, sync and async") {
+    asio::io_context io, compute_io;
+    session_host<test::device_backend> host({.permits = 2, .compute_executor = compute_io.get_executor()});
+    bool sync_on_it = false, async_on_it = false, async_resumed_on_it = false;
+    std::optional<session_result<int>> r1, r2;
+    host.with_backend_session(
+        on_compute(2),
+        [&](test::device_session& s) {
+            sync_on_it = compute_io.get_executor().running_in_this_thread();
+            return static_cast<int>(s.parallelism());
+        },
+        asio::bind_executor(io, [&](std::exception_ptr, session_result<int> r) { r1 = std::move(r); }));
+    CHECK(io.poll() == 0);  // posted to compute_io, not run inline, not on the caller's context
+    CHECK_FALSE(r1.has_value());
+    CHECK(compute_io.poll() > 0);
+    CHECK(io.poll() > 0);
+    REQUIRE(r1.has_value());
+    CHECK(r1->value() == 2);
+    CHECK(sync_on_it);
+    host.with_backend_session(
+        on_compute(1),
+        [&](test::device_session&) -> asio::awaitable<int> {
+            async_on_it = compute_io.get_executor().running_in_this_thread();
+            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+            async_resumed_on_it = compute_io.get_executor().running_in_this_thread();
+            co_return 7;
+        },
+        asio::bind_executor(io, [&](std::exception_ptr, session_result<int> r) { r2 = std::move(r); }));
+    for (int i = 0; i < 100 && !r2; ++i) {
+        // (An io_context that ran out of work stopped: the host tracks no
+        // work on its compute executor, and the caller's ran dry after r1.)
+        compute_io.restart();
+        compute_io.poll();
+        io.restart();
+        io.poll();
+    }
+    REQUIRE(r2.has_value());
+    CHECK(r2->value() == 7);
+    CHECK(async_on_it);
+    CHECK(async_resumed_on_it);
+    CHECK(host.stats().available == 2);
+    CHECK(host.stats().admitted == host.stats().completed);
+    TENFERRO_CHECK_SESSIONS_CLOSED(host);
+}
+
+TEST_CASE("host_options::compute_executor: a body the executor destroys unrun completes with executor") {
+    asio::io_context io;
+    std::optional<asio::io_context> compute_io(std::in_place);
+    session_host<test::device_backend> host({.permits = 1, .compute_executor = compute_io->get_executor()});
+    bool ran = false;
+    std::optional<session_result<int>> r;
+    host.with_backend_session(
+        on_compute(),
+        [&](test::device_session&) {
+            ran = true;
+            return 1;
+        },
+        asio::bind_executor(io, [&](std::exception_ptr, session_result<int> x) { r = std::move(x); }));
+    compute_io.reset();  // its destructor destroys the queued body unrun
+    CHECK(io.poll() > 0);
+    REQUIRE(r.has_value());
+    REQUIRE_FALSE(r->has_value());
+    CHECK(r->error() == session_entry_errc::executor);
+    CHECK_FALSE(ran);
+    CHECK(host.stats().available == 1);
+    CHECK(host.stats().admitted == host.stats().completed);
+}

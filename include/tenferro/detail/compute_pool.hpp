@@ -12,6 +12,12 @@
 //    pays one thread wake per entry (the return to the caller) instead of two.
 //  * The pool is an `asio::execution_context` with a standard executor, so an
 //    `asio::awaitable` session body can run on it.
+//  * Or it has no workers of its own (host_options::compute_executor): every
+//    task is posted to the user's executor, which runs it as one of the
+//    pool's (running_in_this_thread() holds while it runs). The admission
+//    code does not know the difference: it submits to the pool either way,
+//    which is what lets a single-threaded simulation (tests/sim/) own every
+//    compute hop while running the production paths.
 
 #include <atomic>
 #include <condition_variable>
@@ -67,6 +73,11 @@ public:
     /// rethrows the first exception.
     compute_pool(std::size_t threads, std::span<const unsigned> cpus,
                  std::function<void(std::size_t)> on_worker_start = {});
+    /// Starts no workers: `submit` posts each task to `external` (never runs
+    /// it inline), and a task posted there that is destroyed unrun gets
+    /// `drop()`. `parallel_for` then runs every range on its calling thread:
+    /// the pool cannot know how many of the executor's threads are free.
+    explicit compute_pool(asio::any_io_executor external);
     /// Drops the tasks still queued (each gets `drop()`), then joins the workers.
     ~compute_pool();
 
@@ -74,6 +85,8 @@ public:
     compute_pool& operator=(const compute_pool&) = delete;
 
     std::size_t threads() const noexcept { return workers_.size(); }
+    /// The user's executor that runs the tasks, or an empty one (own workers).
+    const asio::any_io_executor& external_executor() const noexcept { return external_; }
     executor_type get_executor() noexcept;
 
     /// Queues `task`; a worker will call `task.run()` (or `task.drop()`).
@@ -96,6 +109,7 @@ public:
 
 private:
     void worker_main(std::size_t index);
+    void submit_external(pool_task& task) noexcept;
     void run_start_hook(std::size_t index) noexcept;
     pool_task* try_pop() noexcept;
 
@@ -116,6 +130,7 @@ private:
     std::size_t started_ = 0;      // workers that have run the hook
     std::exception_ptr start_error_;
     std::vector<std::thread> workers_;
+    asio::any_io_executor external_;  // set: no workers, tasks go here
 };
 
 /// A standard (P0443-style, as Asio 1.22 models them) executor for the pool.

@@ -5,6 +5,8 @@
 // gone still finds a valid queue. The compute pool is stopped by the host's
 // destructor, after the last running session released its permits. Nothing
 // here knows what a session is (see session_host.hpp, cpu_backend.hpp).
+// With a compute executor of the user's (host_options::compute_executor) the
+// pool has no workers and posts every compute hop there; nothing else changes.
 
 #include <cstddef>
 #include <functional>
@@ -31,7 +33,8 @@ void load_libc_unwinder() noexcept;
 class host_core {
 public:
     host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
-              std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start = {});
+              std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start = {},
+              asio::any_io_executor compute_executor = {});
 
     std::string_view name() const noexcept { return name_; }
     permit_queue& queue() noexcept { return queue_; }
