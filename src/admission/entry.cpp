@@ -206,11 +206,10 @@ void entry_base::discard_error() noexcept {
 
 void entry_base::retry_later(parked_handoff what) noexcept {
     parked_ = what;
-    retry = [](retry_node& node) noexcept {
-        auto& self = static_cast<entry_base&>(node);
+    retry_waiter_later(*this, [](permit_waiter& w) noexcept {
+        auto& self = static_cast<entry_base&>(w);
         return self.retry_handoff(self.parked_);
-    };
-    retry_handoff_later(*this);
+    });
 }
 
 void entry_base::reject(session_entry_errc code, std::string_view detail) noexcept {

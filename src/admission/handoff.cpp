@@ -37,6 +37,21 @@ handoff_scope::~handoff_scope() {
         std::this_thread::yield();
 }
 
+namespace {
+// The gate whose function the last post on this thread dropped (note_dropped_in_post).
+TENFERRO_FAST_TLS thread_local const handoff_gate* dropped_in_post = nullptr;
+}  // namespace
+
+bool handoff_gate::in_own_post() const noexcept { return posting_gate == this; }
+
+void handoff_gate::note_dropped_in_post() noexcept { dropped_in_post = this; }
+
+bool handoff_gate::take_dropped_in_post(const handoff_gate* gate) noexcept {
+    if (dropped_in_post != gate) return false;
+    dropped_in_post = nullptr;
+    return true;
+}
+
 void handoff_gate::pass() noexcept {
     if (posting_gate == this) {
         // Inline in our own post/dispatch (run there, or destroyed there by a

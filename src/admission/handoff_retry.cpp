@@ -2,6 +2,8 @@
 
 #include "tenferro/detail/handoff_retry.hpp"
 
+#include "tenferro/detail/permit_queue.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -37,6 +39,21 @@ public:
         wake_.notify_one();
     }
 
+    void park(permit_waiter& waiter, bool (*retry)(permit_waiter&) noexcept) noexcept {
+        parked_total_.fetch_add(1, std::memory_order_relaxed);
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            waiter_retry_ = retry;
+            waiter.next_ = nullptr;
+            if (waiters_tail_ == nullptr)
+                waiters_head_ = &waiter;
+            else
+                waiters_tail_->next_ = &waiter;
+            waiters_tail_ = &waiter;
+        }
+        wake_.notify_one();
+    }
+
     std::uint64_t parked_total() const noexcept { return parked_total_.load(std::memory_order_relaxed); }
 
     // At exit: the thread is stopped. Hand-offs still parked then (memory
@@ -57,9 +74,9 @@ private:
         std::chrono::milliseconds pause = 1ms;
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
-            if (head_ == nullptr) {
+            if (head_ == nullptr && waiters_head_ == nullptr) {
                 pause = 1ms;
-                wake_.wait(lock, [&] { return head_ != nullptr || stopping_; });
+                wake_.wait(lock, [&] { return head_ != nullptr || waiters_head_ != nullptr || stopping_; });
             } else {
                 // Memory was short a moment ago: give it time to come back.
                 wake_.wait_for(lock, pause, [&] { return stopping_; });
@@ -67,7 +84,24 @@ private:
             if (stopping_) return;
             retry_node* list = std::exchange(head_, nullptr);
             tail_ = nullptr;
+            permit_waiter* waiters = std::exchange(waiters_head_, nullptr);
+            waiters_tail_ = nullptr;
+            bool (*const waiter_retry)(permit_waiter&) noexcept = waiter_retry_;
             lock.unlock();
+            permit_waiter* failed_waiters_head = nullptr;
+            permit_waiter* failed_waiters_tail = nullptr;
+            while (waiters != nullptr) {
+                permit_waiter* w = waiters;
+                waiters = w->next_;  // read first: a hand-off that goes through may free the entry
+                if (!waiter_retry(*w)) {
+                    w->next_ = nullptr;
+                    if (failed_waiters_tail == nullptr)
+                        failed_waiters_head = w;
+                    else
+                        failed_waiters_tail->next_ = w;
+                    failed_waiters_tail = w;
+                }
+            }
             retry_node* failed_head = nullptr;
             retry_node* failed_tail = nullptr;
             while (list != nullptr) {
@@ -88,10 +122,16 @@ private:
                 failed_tail->next_retry = head_;
                 if (head_ == nullptr) tail_ = failed_tail;
                 head_ = failed_head;
-                pause = std::min(pause * 2, std::chrono::milliseconds(64));
-            } else {
-                pause = 1ms;
             }
+            if (failed_waiters_head != nullptr) {
+                failed_waiters_tail->next_ = waiters_head_;
+                if (waiters_head_ == nullptr) waiters_tail_ = failed_waiters_tail;
+                waiters_head_ = failed_waiters_head;
+            }
+            if (failed_head != nullptr || failed_waiters_head != nullptr)
+                pause = std::min(pause * 2, std::chrono::milliseconds(64));
+            else
+                pause = 1ms;
         }
     }
 
@@ -99,6 +139,9 @@ private:
     std::condition_variable wake_;
     retry_node* head_ = nullptr;  // guarded by mutex_
     retry_node* tail_ = nullptr;  // guarded by mutex_
+    permit_waiter* waiters_head_ = nullptr;  // parked entries, through their queue links; guarded by mutex_
+    permit_waiter* waiters_tail_ = nullptr;
+    bool (*waiter_retry_)(permit_waiter&) noexcept = nullptr;
     bool stopping_ = false;       // guarded by mutex_
     std::atomic<bool> running_{false};
     std::atomic<std::uint64_t> parked_total_{0};
@@ -116,6 +159,10 @@ handoff_retrier& retrier() noexcept {
 void prepare_handoff_retry() { retrier().start(); }
 
 void retry_handoff_later(retry_node& node) noexcept { retrier().park(node); }
+
+void retry_waiter_later(permit_waiter& waiter, bool (*retry)(permit_waiter&) noexcept) noexcept {
+    retrier().park(waiter, retry);
+}
 
 std::uint64_t handoffs_retried() noexcept { return retrier().parked_total(); }
 

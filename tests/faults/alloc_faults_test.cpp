@@ -26,6 +26,8 @@
 
 #include "alloc_fault.hpp"
 
+#include <execinfo.h>
+#include <signal.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
@@ -733,9 +735,30 @@ bool matches(const std::string& name, const std::string& filter) {
            (filter.back() == '*' && name.rfind(filter.substr(0, filter.size() - 1), 0) == 0);
 }
 
+/// On SIGABRT (std::terminate, a glibc fatal error) a child prints its stack
+/// to stderr before it dies, so that a failed run says where: backtrace() is
+/// called once at start-up, where it may still load what it needs, and
+/// backtrace_symbols_fd allocates nothing.
+void print_stack_on_abort() {
+    void* warm[4];
+    (void)backtrace(warm, 4);
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+        void* frames[48];
+        const int n = backtrace(frames, 48);
+        static const char head[] = "alloc_faults_test: aborted; the stack:\n";
+        (void)!write(2, head, sizeof head - 1);
+        backtrace_symbols_fd(frames, n, 2);
+        signal(SIGABRT, SIG_DFL);
+        raise(SIGABRT);
+    };
+    sigaction(SIGABRT, &sa, nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    print_stack_on_abort();
     std::string only, mode_filter;
     std::uint64_t fail_at = 0;
     bool list = false, strict = false;

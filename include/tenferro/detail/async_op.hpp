@@ -108,49 +108,59 @@ public:
     op_handoff(op_handoff&& other) noexcept : op_(std::exchange(other.op_, nullptr)) {}
     op_handoff& operator=(op_handoff&&) = delete;
     ~op_handoff() {
-        if (op_ != nullptr) {
-            op_->gate().pass();
-            op_->discard();
+        if (op_ == nullptr) return;
+        handoff_gate& gate = op_->gate();
+        if (gate.in_own_post()) {
+            // Dropped by the very post that was handing it over (it took the
+            // function, then failed): the poster (try_hand_off) decides what
+            // becomes of the op.
+            gate.pass();
+            gate.note_dropped_in_post();
+            return;
         }
+        gate.pass();
+        op_->discard();
     }
     void operator()() { std::exchange(op_, nullptr)->upcall(); }
 
-    /// Whether this object still owns the op (a hand-off that threw before
-    /// the executor took it leaves it here).
-    bool owns() const noexcept { return op_ != nullptr; }
-    /// Gives the op up without discarding it (it is parked for a retry).
-    void release() noexcept { op_ = nullptr; }
-
-    /// Hands `op` to `ex`: a post through the op's gate (handoff.hpp). If the
-    /// executor throws, nobody can be told; the destructor above frees the op.
+    /// Hands `op`'s completion to `ex` through the op's gate (handoff.hpp),
+    /// through an untracked copy of `ex`: a post, or with `may_dispatch` a
+    /// dispatch. Returns false when that failed for want of memory (before or
+    /// after the executor took the function): the op is untouched, and the
+    /// caller parks it for a retry (handoff_retry.hpp, S19). An executor that
+    /// refuses the function otherwise has it discarded. Any other exception
+    /// once the executor took it can only come from a handler that a dispatch
+    /// ran inline, and ends the process, as on any noexcept completion path.
     template <class Executor>
-    static void post(const Executor& ex, Op* op) noexcept {
+    static bool try_hand_off(Op* op, const Executor& ex, bool may_dispatch) noexcept {
+        op_handoff fn(op);
+        // Once handed off, the op may have run and been freed: after the
+        // hand-off only the gate's address is used, unless the function was
+        // dropped inside the post (then the op is alive).
+        handoff_gate* const gate = &op->gate();
         try {
-            hand_off(ex, op->gate(), op_handoff(op), false);
+            hand_off_untracked(ex, *gate, std::move(fn), may_dispatch);
+        } catch (const std::bad_alloc&) {
+            if (fn.op_ != nullptr) {
+                fn.op_ = nullptr;
+                return false;
+            }
+            return !handoff_gate::take_dropped_in_post(gate);
         } catch (...) {
+            if (fn.op_ != nullptr) return true;  // refused before it took the function: discarded below
+            if (handoff_gate::take_dropped_in_post(gate)) {
+                op->discard();
+                return true;
+            }
+            std::terminate();
         }
+        if (handoff_gate::take_dropped_in_post(gate)) op->discard();  // refused without a word
+        return true;
     }
 
 private:
     Op* op_;
 };
-
-/// Hands `fn` (an op_handoff, or any function object with `owns()` and
-/// `release()`) to `ex` through `gate` by post; returns false when that failed
-/// for want of memory with `fn` still owning its op, which the caller then
-/// parks for a retry (handoff_retry.hpp). Any other failure is the executor
-/// refusing the function: `fn`'s destructor disposes of the op.
-template <class Executor, class Function>
-bool try_post_untracked(const Executor& ex, handoff_gate& gate, Function& fn) noexcept {
-    try {
-        hand_off_untracked(ex, gate, std::move(fn), false);
-        return true;
-    } catch (const std::bad_alloc&) {
-        return !fn.owns();
-    } catch (...) {
-        return true;
-    }
-}
 
 /// Posts an op's completion (an op_handoff<Op>) to the op's executor, and
 /// when that post finds no memory, parks the op and posts it again when memory
@@ -170,10 +180,7 @@ struct completion_poster {
 private:
     template <class Op>
     static bool try_post(Op& op) noexcept {
-        op_handoff<Op> fn(&op);
-        if (try_post_untracked(op.completion_executor(), op.gate(), fn)) return true;
-        fn.release();
-        return false;
+        return op_handoff<Op>::try_hand_off(&op, op.completion_executor(), false);
     }
 };
 

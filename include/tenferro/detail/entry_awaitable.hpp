@@ -64,22 +64,33 @@ struct noexcept_initiation : std::false_type {};
 template <class Executor>
 struct noexcept_initiation<asio::use_awaitable_t<Executor>> : std::true_type {
     using executor_type = Executor;
+    // Room beyond the op with Asio's plain awaitable handler: none here; an
+    // adapter wraps that handler in one of its own (a word or two).
+    static constexpr std::size_t wrapper_bytes = 0;
 };
 #if TENFERRO_ASIO_BOOST
 template <class Token>
-struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {};
+struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {
+    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
+};
 #else
 template <class Token>
-struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {};
+struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {
+    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
+};
 #endif
 template <class Token>
-struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<Token> {};
+struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<Token> {
+    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
+};
 
 /// For a token of noexcept_initiation, reserves this thread's entry block for
 /// the entry about to be initiated (throws std::bad_alloc here, in the
 /// caller's coroutine, where the exception reaches the co_await): the block
 /// of its operation, or of the inline fast path's completion, whichever is
-/// larger, with room for the adapters' wrappers around Asio's handler.
+/// larger, with room for an adapter's wrapper around Asio's handler. Exact
+/// for plain use_awaitable: the block is the parked entry's, whose size the
+/// admission benchmark watches.
 template <class Token, entry_kind Kind, class Opener, class F>
 void reserve_for_initiation() {
     if constexpr (noexcept_initiation<std::decay_t<Token>>::value) {
@@ -89,7 +100,7 @@ void reserve_for_initiation() {
         using handler =
             asio::detail::awaitable_handler<typename noexcept_initiation<std::decay_t<Token>>::executor_type,
                                             std::exception_ptr, session_result<R>>;
-        constexpr std::size_t wrappers = 4 * sizeof(void*);
+        constexpr std::size_t wrappers = noexcept_initiation<std::decay_t<Token>>::wrapper_bytes;
         constexpr std::size_t op = sizeof(entry_op<handler, std::decay_t<F>, Kind, Opener>);
         constexpr std::size_t inline_completion = sizeof(inline_completion_for<handler, session_result<R>>);
         reserve_entry_memory((op > inline_completion ? op : inline_completion) + wrappers);

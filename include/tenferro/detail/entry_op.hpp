@@ -68,7 +68,7 @@ struct is_system_executor<asio::basic_system_executor<Blocking, Relationship, Al
 void ensure_system_context();
 
 /// The handler-independent half of an entry.
-class entry_base : public permit_waiter, public pool_task, private retry_node {
+class entry_base : public permit_waiter, public pool_task {
 public:
     /// Admission: the context checks, then the queue. Called once, from the
     /// initiating function, with the context found on the initiating side.
@@ -163,8 +163,14 @@ protected:
 
     /// Hands `fn` (a caller_runner or an op_handoff) to the caller's executor
     /// through `hop`; returns false when that failed for want of memory with
-    /// `fn` still owning the entry (the caller then parks it). Any other
-    /// failure is the executor refusing the function: `fn` disposes of it.
+    /// `fn` still owning the entry (the caller then parks it). Out of memory
+    /// after the executor took `fn` (a dispatch wraps it before it allocates),
+    /// the executor destroyed it unrun, and its destructor reported that (the
+    /// runner's drop(), the completion's discard()). Any other failure before
+    /// the executor took `fn` is the executor refusing it: `fn` disposes of
+    /// it. Any other exception after that can only come from a handler that a
+    /// dispatch ran inline, and ends the process, as it would leave any other
+    /// noexcept completion path.
     template <class Function, class Hop>
     static bool try_hand_off(Function& fn, Hop&& hop) noexcept {
         try {
@@ -173,6 +179,7 @@ protected:
         } catch (const std::bad_alloc&) {
             return !fn.owns();
         } catch (...) {
+            if (!fn.owns()) std::terminate();
             return true;
         }
     }
@@ -273,7 +280,12 @@ public:
     virtual void discard() noexcept = 0;
 
 protected:
+    explicit inline_completion(std::size_t block_size) noexcept : block_size_(block_size) {}
     ~inline_completion() = default;
+    /// The size of the entry-cache block this completion lives in (sized for
+    /// the entry's op as well, entry_op::try_run_inline): freed as that size,
+    /// so that the cache hands the whole block to the next entry.
+    const std::size_t block_size_;
 
 private:
     friend void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept;
@@ -289,20 +301,16 @@ void post_inline_completion(const asio::io_context::executor_type& io, inline_co
 /// An inline_completion for a handler of type Handler taking (exception_ptr, Result).
 template <class Handler, class Result>
 class inline_completion_for final : public inline_completion {
-    using allocator = entry_allocator<inline_completion_for>;
-
 public:
-    /// Frees a block this completion was built in.
-    static void deallocate(void* block) noexcept {
-        allocator().deallocate(static_cast<inline_completion_for*>(block), 1);
-    }
-    /// Builds one in `block` (from allocate()); a throwing handler move
-    /// propagates, the block freed.
-    static inline_completion* make(void* block, Handler&& handler, std::exception_ptr exception, Result&& result) {
+    /// Builds one in `block`, an entry-cache block of `block_size` bytes; a
+    /// throwing handler move propagates, the block freed.
+    static inline_completion* make(void* block, std::size_t block_size, Handler&& handler, std::exception_ptr exception,
+                                   Result&& result) {
         try {
-            return ::new (block) inline_completion_for(std::move(handler), std::move(exception), std::move(result));
+            return ::new (block)
+                inline_completion_for(block_size, std::move(handler), std::move(exception), std::move(result));
         } catch (...) {
-            deallocate(block);
+            deallocate_entry_memory(block, block_size);
             throw;
         }
     }
@@ -317,8 +325,11 @@ public:
     void discard() noexcept override { destroy(); }
 
 private:
-    inline_completion_for(Handler&& handler, std::exception_ptr exception, Result&& result)
-        : handler_(std::move(handler)), exception_(std::move(exception)), result_(std::move(result)) {}
+    inline_completion_for(std::size_t block_size, Handler&& handler, std::exception_ptr exception, Result&& result)
+        : inline_completion(block_size),
+          handler_(std::move(handler)),
+          exception_(std::move(exception)),
+          result_(std::move(result)) {}
     ~inline_completion_for() = default;
 
     Handler take_handler() {
@@ -330,8 +341,9 @@ private:
         }
     }
     void destroy() noexcept {
+        const std::size_t size = block_size_;
         this->~inline_completion_for();
-        deallocate(this);
+        deallocate_entry_memory(this, size);
     }
 
     Handler handler_;
@@ -701,7 +713,7 @@ public:
         fn.reset();
         inline_completion* c = nullptr;
         try {
-            c = completion::make(block, std::move(own_handler), std::move(exception), std::move(*result));
+            c = completion::make(block, block_size, std::move(own_handler), std::move(exception), std::move(*result));
         } catch (...) {
             // The handler's move threw: as on the general path, nobody can be told.
             return true;
@@ -811,15 +823,11 @@ private:
     }
 
     bool retry_handoff(parked_handoff what) noexcept override {
-        if (what == parked_handoff::runner) {
-            caller_runner fn(this);
-            if (try_hand_off(fn, [&](caller_runner&& f) { hop(false, std::move(f)); })) return true;
-            fn.release();
-        } else {
-            op_handoff<entry_base> fn(this);
-            if (try_hand_off(fn, [&](op_handoff<entry_base>&& f) { hop(false, std::move(f)); })) return true;
-            fn.release();
-        }
+        if (what == parked_handoff::completion)
+            return op_handoff<entry_base>::try_hand_off(this, work_, /*may_dispatch=*/false);
+        caller_runner fn(this);
+        if (try_hand_off(fn, [&](caller_runner&& f) { hop(false, std::move(f)); })) return true;
+        fn.release();
         return false;
     }
 
@@ -935,7 +943,7 @@ private:
         // it frees the op; out of memory, the entry is parked and the
         // completion posted again later (S19). The posted function itself
         // counts as work while it is queued.
-        hand_off_or_park(may_dispatch, op_handoff<entry_base>(this), parked_handoff::completion);
+        if (!op_handoff<entry_base>::try_hand_off(this, work_, may_dispatch)) retry_later(parked_handoff::completion);
     }
 
     /// On the handler's executor: clear the slot, release the tracked work,

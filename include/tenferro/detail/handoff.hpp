@@ -55,6 +55,19 @@ public:
     /// executor, its context or this gate.
     void pass() noexcept;
 
+    /// True when called inside this gate's own post or dispatch, on the
+    /// posting thread: a function destroyed there was dropped by the post
+    /// that was handing it over (it failed after taking the function).
+    bool in_own_post() const noexcept;
+    /// What such a function leaves for its poster, who decides what becomes
+    /// of the operation (out of memory: parked for a retry; otherwise
+    /// discarded). Kept by the posting thread, not in the gate: after a
+    /// hand-off the poster may not touch the gate, whose operation may have
+    /// run and been freed already; it asks by address whether this gate's
+    /// function was dropped (and the operation is therefore still alive).
+    void note_dropped_in_post() noexcept;
+    static bool take_dropped_in_post(const handoff_gate* gate) noexcept;
+
 private:
     friend class handoff_scope;
     enum : unsigned char { open, closed, closed_with_waiter };

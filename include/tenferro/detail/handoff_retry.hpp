@@ -40,6 +40,15 @@ void prepare_handoff_retry();
 /// until `retry` returned true.
 void retry_handoff_later(retry_node& node) noexcept;
 
+struct permit_waiter;
+
+/// Parks a session entry, threaded through its permit-queue node: an entry
+/// parks only once it is out of the queue (granted, or rejected), so the
+/// node's links are free, and a parked entry costs no memory of its own (a
+/// parked entry's size is a figure the admission benchmark watches). `retry`
+/// is the same function for every entry.
+void retry_waiter_later(permit_waiter& waiter, bool (*retry)(permit_waiter&) noexcept) noexcept;
+
 /// How many hand-offs were parked since the process started (tests, stats).
 std::uint64_t handoffs_retried() noexcept;
 
