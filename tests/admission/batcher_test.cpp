@@ -336,12 +336,15 @@ TEST_CASE("B5: a batcher holds at most permits/session.permits sessions; plain e
     g.open();
     REQUIRE(run_until(io, [&] { return all_done(items) && plain.done; }));
     // The plain entry queued behind the batcher's two sessions and before the
-    // sessions entered after them: at most those two bodies start before it.
-    // (Which of two bodies granted together starts first is up to the
-    // compute workers, so the order within is not asserted.)
+    // sessions entered after them: it is granted third. Bodies start in the
+    // compute workers' own time, though: the plain body and the third
+    // session's, granted when the first two sessions end, may run at once on
+    // the two workers, and either may note itself first (seen: 5 runs in 200
+    // built with clang). What holds is that no later session starts before
+    // the plain body's turn: at most three bodies before it, never four.
     REQUIRE(order.size() == 5);
     const auto plain_at = std::find(order.begin(), order.end(), "plain") - order.begin();
-    CHECK(plain_at <= 2);
+    CHECK(plain_at <= 3);
     CHECK(b.stats().batches == 4);
 }
 
