@@ -323,6 +323,33 @@ public:
     virtual void matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) = 0;
     ///@}
 
+    /// \name Fused search
+    /// `matmul_top_k(a, b, k)` is `top_k(matmul(a, b), k, -1)`, bit for bit, values and
+    /// indices, without materialising the product: `values` `[.., m, k]` (the product's dtype)
+    /// and `indices` `[.., m, k]` (`i64`), best first, ties to the lower index, NaN above every
+    /// number (top_k's order). Exact search over a corpus `[n, d]` is
+    /// `matmul_top_k(queries, corpus.transposed(), k)`: `transposed()` is a view (no copy), and
+    /// with the corpus marked constant in the runtime cache its packed copy (the one `matmul`
+    /// uses too) is read instead.
+    ///
+    /// Like `matmul`, it is batch-invariant: a row's results have the same bits whether it is
+    /// computed alone or among a thousand rows, and whatever `parallelism()`. The product is
+    /// computed in tiles that stay in cache, each folded into the rows' top-k at once; the
+    /// columns (the corpus) are split over the permits.
+    ///
+    /// The default implementation (for a backend without a fused kernel) is the unfused
+    /// composition.
+    /// \throws tensor_error for everything `matmul` and `top_k` reject (a product of two vectors
+    /// is a scalar: no axis), and (`_into`) a bad or overlapping output.
+    /// \code
+    /// auto [scores, ids] = s.matmul_top_k(queries, corpus.transposed(), 10);  // [b, d] x [n, d] -> [b, 10]
+    /// \endcode
+    ///@{
+    std::pair<tensor, tensor> matmul_top_k(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k);
+    virtual void matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
+                                   const tensor_view& values, const tensor_view& indices);
+    ///@}
+
     /// \name Structural ops
     /// Every dtype (`f32`, `f64`, `i32`, `i64`).
     ///

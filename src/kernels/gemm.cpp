@@ -6,7 +6,7 @@
 // mr x nr tile of C from one A micro-panel (streamed from L2) and one B micro-panel (kept in L1).
 // Packing reads the strided source directly, so no operand is ever copied whole or transposed.
 //
-// This file: the drivers (tasks, K slices, the small, streaming and dot paths) and the dispatch.
+// This file: the drivers (tasks, K slices, the small and streaming paths) and the dispatch.
 // Planning is compiled once (gemm_plan.hpp/.cpp); tile shapes, micro-kernels and packing are
 // per-target -inl.h files included below (the map: gemm_plan.hpp).
 
@@ -244,175 +244,6 @@ void scale_c(const problem<T>& pr) {
     }
 }
 
-// Dot products of R long rows (contiguous along k) with NS short vectors (contiguous, zero-padded
-// to a multiple of the lane count, kpad apart): out[r * NS + j] = alpha * dot + beta * out (out
-// not read when beta == 0). R * NS independent accumulator chains; each (r, j) is computed the
-// same way whatever R is, so a row's result does not depend on its block.
-template <std::size_t NS, std::size_t R, class T>
-HWY_NOINLINE void dot_block(const T* const* rows, const T* xs, std::int64_t kpad, std::int64_t k, T* const* outs,
-                            T alpha, T beta) {
-    const hn::ScalableTag<T> d;
-    using V = hn::Vec<decltype(d)>;
-    constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
-    V acc[R][NS];
-    for (std::size_t r = 0; r < R; ++r)
-        for (std::size_t j = 0; j < NS; ++j) acc[r][j] = hn::Zero(d);
-    const std::int64_t full = k / L * L;
-    // Two orders of the same chains (so the same bits). Short rows go one after another: R
-    // short rows adjacent in memory (a row-major corpus [N, 128] times a query) interleaved k
-    // steps at a time make the reads hop around inside each page, which hides the stream from
-    // the hardware prefetcher: 200000 x 128 f32 ran at 8-9 GB/s interleaved and at 13 GB/s, a
-    // plain read's speed, in row order. Rows of 2 KiB and more (each its own sequential
-    // stream) are interleaved: R streams keep more loads in flight, and one row's single
-    // accumulator chain would be latency-bound (1024 x 1 x 1024 from L3 ran at half speed).
-    if (k * static_cast<std::int64_t>(sizeof(T)) < 2048) {
-        for (std::size_t r = 0; r < R; ++r) {
-            for (std::int64_t p = 0; p < full; p += L) {
-                const V av = hn::LoadU(d, rows[r] + p);
-                for (std::size_t j = 0; j < NS; ++j)
-                    acc[r][j] = hn::MulAdd(av, hn::Load(d, xs + static_cast<std::int64_t>(j) * kpad + p), acc[r][j]);
-            }
-        }
-    } else {
-        for (std::int64_t p = 0; p < full; p += L) {
-            V xv[NS];
-            for (std::size_t j = 0; j < NS; ++j) xv[j] = hn::Load(d, xs + static_cast<std::int64_t>(j) * kpad + p);
-            for (std::size_t r = 0; r < R; ++r) {
-                const V av = hn::LoadU(d, rows[r] + p);
-                for (std::size_t j = 0; j < NS; ++j) acc[r][j] = hn::MulAdd(av, xv[j], acc[r][j]);
-            }
-        }
-    }
-    if (full < k) {
-        V xv[NS];
-        for (std::size_t j = 0; j < NS; ++j) xv[j] = hn::Load(d, xs + static_cast<std::int64_t>(j) * kpad + full);
-        for (std::size_t r = 0; r < R; ++r) {
-            HWY_ALIGN T tail[L] = {};
-            for (std::int64_t p = full; p < k; ++p) tail[p - full] = rows[r][p];
-            const V av = hn::Load(d, tail);
-            for (std::size_t j = 0; j < NS; ++j) acc[r][j] = hn::MulAdd(av, xv[j], acc[r][j]);
-        }
-    }
-    for (std::size_t r = 0; r < R; ++r) {
-        for (std::size_t j = 0; j < NS; ++j) {
-            const T sum = hn::GetLane(hn::SumOfLanes(d, acc[r][j]));
-            T* o = outs[r * NS + j];
-            const T scaled = alpha * sum;
-            *o = beta == T(0) ? scaled : scaled + beta * *o;
-        }
-    }
-}
-
-// Long rows [begin, end): row i at long(i), output (i, j) at out(i, j).
-template <std::size_t NS, class T, class LongRow, class Out>
-void dot_rows(std::int64_t begin, std::int64_t end, const LongRow& long_row, const Out& out, const T* xs,
-              std::int64_t kpad, std::int64_t k, T alpha, T beta) {
-    constexpr std::size_t R = 8 / NS;
-    const T* rows[R];
-    T* outs[R * NS];
-    std::int64_t i = begin;
-    for (; i + static_cast<std::int64_t>(R) <= end; i += static_cast<std::int64_t>(R)) {
-        for (std::size_t r = 0; r < R; ++r) {
-            rows[r] = long_row(i + static_cast<std::int64_t>(r));
-            for (std::size_t j = 0; j < NS; ++j)
-                outs[r * NS + j] = out(i + static_cast<std::int64_t>(r), static_cast<std::int64_t>(j));
-        }
-        dot_block<NS, R>(rows, xs, kpad, k, outs, alpha, beta);
-    }
-    for (; i < end; ++i) {
-        rows[0] = long_row(i);
-        for (std::size_t j = 0; j < NS; ++j) outs[j] = out(i, static_cast<std::int64_t>(j));
-        dot_block<NS, 1>(rows, xs, kpad, k, outs, alpha, beta);
-    }
-}
-
-// Column j (k values) of an operand packed by pack_b: K slices of kc, each `padded x kc_eff`,
-// micro-panels `unit` wide storing `unit` values per p.
-template <class T>
-void gather_packed_column(const T* packed, std::int64_t unit, std::int64_t padded, std::int64_t kc, std::int64_t k,
-                          std::int64_t j, T* out) {
-    for (std::int64_t pc = 0; pc < k; pc += kc) {
-        const std::int64_t kc_eff = std::min(kc, k - pc);
-        const T* panel = packed + prepacked_slice(pc, padded) + (j / unit) * unit * kc_eff + j % unit;
-        for (std::int64_t p = 0; p < kc_eff; ++p) out[pc + p] = panel[p * unit];
-    }
-}
-
-// The dot path (gd::dot_kind_of): the short operand is gathered once into contiguous vectors,
-// the long rows are split over the tasks. With a prepacked B the values come from the packed
-// panels (a single micro-panel when B is the short side), so the bits match the plain path.
-template <class T>
-void dot_gemm(const gemm_operands& op, gd::dot_kind kind, const gemm_plan& plan, const T* packed, unsigned char* base,
-              gemm_runner* run) {
-    constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
-    const std::int64_t k = op.k, kpad = gd::round_up(k, L), kstride = gd::round_up(k, 16);
-    T* xs = reinterpret_cast<T*>(base);
-    const T alpha = static_cast<T>(op.alpha), beta = static_cast<T>(op.beta);
-    const T* a = static_cast<const T*>(op.a);
-    const T* b = static_cast<const T*>(op.b);
-    T* c = static_cast<T*>(op.c);
-    const std::int64_t ns = kind == gd::dot_kind::rows_of_a ? op.n : 1;
-    const std::int64_t nlong = kind == gd::dot_kind::rows_of_a ? op.m : op.n;
-    for (std::int64_t j = 0; j < ns; ++j) {
-        T* x = xs + j * kpad;
-        if (kind == gd::dot_kind::cols_of_b) {
-            for (std::int64_t p = 0; p < k; ++p) x[p] = a[p * op.a_col_stride];
-        } else if (packed != nullptr) {
-            // Column j of B from its micro-panels (nr wide, or mr when the plan is swapped).
-            const std::int64_t unit = plan.swapped ? plan.mr : plan.nr;
-            gather_packed_column(packed, unit, gd::round_up(op.n, unit), plan.kc, k, j, x);
-        } else {
-            for (std::int64_t p = 0; p < k; ++p) x[p] = b[p * op.b_row_stride + j * op.b_col_stride];
-        }
-        for (std::int64_t p = k; p < kpad; ++p) x[p] = T(0);
-    }
-    const std::int64_t tasks = static_cast<std::int64_t>(plan.tasks_m) * plan.tasks_n;
-    auto body = [&](std::int64_t tb, std::int64_t te) {
-        for (std::int64_t t = tb; t < te; ++t) {
-            const auto [begin, end] = gd::task_range(nlong, 8, tasks, t);
-            if (begin >= end) continue;
-            if (kind == gd::dot_kind::rows_of_a) {
-                auto long_row = [&](std::int64_t i) { return a + i * op.a_row_stride; };
-                auto out = [&](std::int64_t i, std::int64_t j) {
-                    return c + i * op.c_row_stride + j * op.c_col_stride;
-                };
-                switch (ns) {
-                case 1:
-                    dot_rows<1>(begin, end, long_row, out, xs, kpad, k, alpha, beta);
-                    break;
-                case 2:
-                    dot_rows<2>(begin, end, long_row, out, xs, kpad, k, alpha, beta);
-                    break;
-                case 3:
-                    dot_rows<3>(begin, end, long_row, out, xs, kpad, k, alpha, beta);
-                    break;
-                default:
-                    dot_rows<4>(begin, end, long_row, out, xs, kpad, k, alpha, beta);
-                    break;
-                }
-            } else if (packed == nullptr) {
-                auto long_row = [&](std::int64_t j) { return b + j * op.b_col_stride; };
-                auto out = [&](std::int64_t j, std::int64_t) { return c + j * op.c_col_stride; };
-                dot_rows<1>(begin, end, long_row, out, xs, kpad, k, alpha, beta);
-            } else {
-                // Column j of a prepacked B: gathered from its micro-panel, one column at a time.
-                T* col = xs + (gd::dot_max_short + t) * kstride;
-                const std::int64_t n_pad = gd::round_up(op.n, plan.nr);
-                for (std::int64_t j = begin; j < end; ++j) {
-                    gather_packed_column(packed, plan.nr, n_pad, plan.kc, k, j, col);
-                    const T* rows[1] = {col};
-                    T* outs[1] = {c + j * op.c_col_stride};
-                    dot_block<1, 1>(rows, xs, kpad, k, outs, alpha, beta);
-                }
-            }
-        }
-    };
-    if (tasks > 1 && run != nullptr)
-        (*run)(tasks, body);
-    else
-        body(0, tasks);
-}
-
 template <class T>
 void gemm_t(const gemm_operands& op, const gemm_plan& plan, const void* prepacked, void* scratch, gemm_runner* run) {
     if (plan.target != HWY_TARGET)
@@ -460,11 +291,6 @@ void gemm_t(const gemm_operands& op, const gemm_plan& plan, const void* prepacke
         scratch = owned.get();
     }
     auto* base = static_cast<unsigned char*>(gd::align_up(scratch));
-    if (const gd::dot_kind kind = gd::dot_kind_of(op); kind != gd::dot_kind::none) {
-        dot_gemm<T>(op, kind, plan, packed, base, run);
-        return;
-    }
-    base += gd::dot_scratch_bytes(plan);
     const std::int64_t tasks = static_cast<std::int64_t>(plan.tasks_m) * plan.tasks_n;
     auto body = [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t t = begin; t < end; ++t) run_task(pr, plan, t, base);

@@ -16,12 +16,15 @@
 // * `beta == 0`: C is never read (NaN/garbage in C does not leak). `k == 0`: C = beta * C (C = 0
 //   when beta == 0). `m == 0 || n == 0`: nothing is touched.
 // * The kernel does not validate shapes: the ops layer does (it throws tensor_error).
-// * Determinism: every element of C is computed by the same sequence of operations (the products
-//   accumulated in increasing p order in blocks of `plan.kc`, alpha/beta applied at store) whatever
-//   the thread count, the split, the path (packed, small, prepacked) or the position of the element
-//   in a tile. Results are therefore bitwise identical for any `threads` given to plan_gemm, and
-//   between gemm and gemm_prepacked_b, on one Highway target. They differ between targets (FMA vs
-//   separate multiply-add, vector width does not matter).
+// * Determinism and batch invariance: every element of C is computed by the same sequence of
+//   operations, whatever the thread count, the split, the path (packed, small, streaming,
+//   prepacked), the number of rows of A or columns of B, or the position of the element in a
+//   tile: the products A[i,p]·B[p,j] are accumulated by FMA from zero in increasing p within
+//   each K slice of `plan.kc` (a per-target constant), and each slice is stored as
+//   `alpha·acc + beta'·C` (beta' = beta for the first slice, 1 after). A row of C therefore has
+//   the same bits computed alone (m = 1) or among a thousand rows, and bitwise identical results
+//   come from any `threads` given to plan_gemm and from gemm and gemm_prepacked_b, on one Highway
+//   target. They differ between targets (kc differs; FMA vs separate multiply-add).
 // * A plan is tied to the Highway target that was current when it was made (tests switch targets
 //   with hwy::SetSupportedTargetsForTest): gemm throws std::logic_error when the dispatched target
 //   differs from `plan.target`. In production the target never changes, so cached plans stay valid.
@@ -118,9 +121,7 @@ packed_b_key packed_b_key_of(const gemm_plan& plan) noexcept;
 /// Packs B (k x n, element (p, j) at b[p * b_row_stride + j * b_col_stride]) into `packed`.
 void pack_b(const gemm_plan& plan, const void* b, std::int64_t b_row_stride, std::int64_t b_col_stride, void* packed);
 /// As gemm, with B taken from `packed` (made by pack_b for a plan with the same packed_b_key);
-/// op.b is not read, but op.b_row_stride / op.b_col_stride must still be those of the B that was
-/// packed: like gemm, the call picks its path from the shape and the strides (see docs/gemm.md,
-/// "Dot path"). Results are bitwise identical to gemm's.
+/// op.b is not read. Results are bitwise identical to gemm's.
 void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed, void* scratch,
                       gemm_runner run);
 void gemm_prepacked_b(gemm_type type, const gemm_operands& op, const gemm_plan& plan, const void* packed,

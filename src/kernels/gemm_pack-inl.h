@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <hwy/cache_control.h>
@@ -32,64 +33,6 @@ namespace gd = gemm_detail;
 // ------------------------------------------------------------------------------------------------
 // Packing
 // ------------------------------------------------------------------------------------------------
-
-// B micro-panels: columns [j, j + nr) of a kc-deep slice, stored p-major (nr values per p),
-// zero-padded past `cols`. `b` points at (p0, j0) of the slice.
-template <class T>
-void pack_b_panel(const T* b, std::int64_t brs, std::int64_t bcs, std::int64_t kc, std::int64_t cols, T* dst) {
-    constexpr std::int64_t nr = static_cast<std::int64_t>(nr_cols<T>());
-    if (bcs == 1) {
-        // Row-contiguous B: copy 8 rows at a time across all full micro-panels, so that the reads
-        // run along B's rows (one sequential stream per row) instead of down a column (one cache
-        // line per row, a page apart when B is wide).
-        const hn::ScalableTag<T> d;
-        constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
-        const std::int64_t full = cols / nr * nr;
-        for (std::int64_t p0 = 0; p0 < kc; p0 += 8) {
-            const std::int64_t p1 = std::min(kc, p0 + 8);
-            for (std::int64_t j = 0; j < full; j += nr) {
-                T* o = dst + j * kc;
-                for (std::int64_t p = p0; p < p1; ++p) {
-                    const T* s = b + p * brs + j;
-                    for (std::int64_t v = 0; v < static_cast<std::int64_t>(nv); ++v)
-                        hn::Store(hn::LoadU(d, s + v * L), d, o + p * nr + v * L);
-                }
-            }
-        }
-        if (full == cols) return;
-        b += full;
-        dst += full * kc;
-        cols -= full;
-    }
-    for (std::int64_t j = 0; j < cols; j += nr, dst += nr * kc) {
-        const std::int64_t w = std::min(nr, cols - j);
-        const T* src = b + j * bcs;
-        if (bcs == 1 && w == nr) {
-            const hn::ScalableTag<T> d;
-            for (std::int64_t p = 0; p < kc; ++p) {
-                const T* s = src + p * brs;
-                T* o = dst + p * nr;
-                for (std::size_t v = 0; v < nv; ++v) hn::Store(hn::LoadU(d, s + v * lanes<T>()), d, o + v * lanes<T>());
-            }
-        } else if (brs == 1 && bcs != 0) {
-            // Columns are contiguous in p (B column-major, e.g. a transposed row-major matrix).
-            for (std::int64_t jj = 0; jj < w; ++jj) {
-                const T* s = src + jj * bcs;
-                for (std::int64_t p = 0; p < kc; ++p) dst[p * nr + jj] = s[p];
-            }
-            for (std::int64_t p = 0; p < kc; ++p)
-                for (std::int64_t jj = w; jj < nr; ++jj) dst[p * nr + jj] = T(0);
-        } else {
-            for (std::int64_t p = 0; p < kc; ++p) {
-                const T* s = src + p * brs;
-                T* o = dst + p * nr;
-                std::int64_t jj = 0;
-                for (; jj < w; ++jj) o[jj] = s[jj * bcs];
-                for (; jj < nr; ++jj) o[jj] = T(0);
-            }
-        }
-    }
-}
 
 // Once per target (this file is re-included per target), so the switch is redefined each time.
 #undef TENFERRO_GEMM_PACK_A_TRANSPOSE
@@ -191,6 +134,32 @@ HWY_INLINE void pack_a_panel_rows(const double* src, std::int64_t ars, std::int6
         }
     }
 }
+
+// Sixteen full columns of a B that is contiguous along p (a transposed row-major matrix: B[p, j] =
+// src[j * bcs + p]) into a micro-panel (nr values per p, these sixteen at `dst`): sixteen values of
+// p at a time through the register transpose, as a row-major A panel is packed.
+HWY_INLINE void pack_b_cols16(const float* src, std::int64_t bcs, std::int64_t kc, std::int64_t nr, float* dst) {
+    for (std::int64_t p = 0; p < kc; p += 16) {
+        const int w = static_cast<int>(std::min<std::int64_t>(16, kc - p));
+        const __mmask16 cols_mask = static_cast<__mmask16>((1u << w) - 1);
+        __m512 r[16];
+        for (int c = 0; c < 16; ++c) r[c] = _mm512_maskz_loadu_ps(cols_mask, src + c * bcs + p);
+        transpose_16x16(r);
+        for (int j = 0; j < w; ++j) _mm512_storeu_ps(dst + (p + j) * nr, r[j]);
+    }
+}
+HWY_INLINE void pack_b_cols16(const double* src, std::int64_t bcs, std::int64_t kc, std::int64_t nr, double* dst) {
+    for (std::int64_t h = 0; h < 16; h += 8) {
+        for (std::int64_t p = 0; p < kc; p += 8) {
+            const int w = static_cast<int>(std::min<std::int64_t>(8, kc - p));
+            const __mmask8 cols_mask = static_cast<__mmask8>((1u << w) - 1);
+            __m512d r[8];
+            for (int c = 0; c < 8; ++c) r[c] = _mm512_maskz_loadu_pd(cols_mask, src + (h + c) * bcs + p);
+            transpose_8x8(r);
+            for (int j = 0; j < w; ++j) _mm512_storeu_pd(dst + (p + j) * nr + h, r[j]);
+        }
+    }
+}
 #elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
 #define TENFERRO_GEMM_PACK_A_TRANSPOSE 1
 // Transposes the 8 x 8 f32 block held in r[0..7] in place: 32-bit interleave of row pairs, 64-bit
@@ -240,9 +209,97 @@ HWY_INLINE void pack_a_panel_rows(const float* src, std::int64_t ars, std::int64
     for (; p < kc; ++p)
         for (int i = 0; i < mr; ++i) dst[p * mr + i] = src[i * ars + p];
 }
+
+// Eight full columns of a B that is contiguous along p (B[p, j] = src[j * bcs + p]) into a
+// micro-panel (nr values per p, these eight at `dst`): eight values of p at a time through the
+// 8 x 8 transpose; a kc tail of fewer than eight is gathered.
+HWY_INLINE void pack_b_cols8(const float* src, std::int64_t bcs, std::int64_t kc, std::int64_t nr, float* dst) {
+    std::int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        __m256 r[8];
+        for (int c = 0; c < 8; ++c) r[c] = _mm256_loadu_ps(src + c * bcs + p);
+        transpose_8x8(r);
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (p + j) * nr, r[j]);
+    }
+    for (; p < kc; ++p)
+        for (int c = 0; c < 8; ++c) dst[p * nr + c] = src[c * bcs + p];
+}
 #else
 #define TENFERRO_GEMM_PACK_A_TRANSPOSE 0
 #endif
+
+// B micro-panels: columns [j, j + nr) of a kc-deep slice, stored p-major (nr values per p),
+// zero-padded past `cols`. `b` points at (p0, j0) of the slice.
+template <class T>
+void pack_b_panel(const T* b, std::int64_t brs, std::int64_t bcs, std::int64_t kc, std::int64_t cols, T* dst) {
+    constexpr std::int64_t nr = static_cast<std::int64_t>(nr_cols<T>());
+    if (bcs == 1) {
+        // Row-contiguous B: copy 8 rows at a time across all full micro-panels, so that the reads
+        // run along B's rows (one sequential stream per row) instead of down a column (one cache
+        // line per row, a page apart when B is wide).
+        const hn::ScalableTag<T> d;
+        constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+        const std::int64_t full = cols / nr * nr;
+        for (std::int64_t p0 = 0; p0 < kc; p0 += 8) {
+            const std::int64_t p1 = std::min(kc, p0 + 8);
+            for (std::int64_t j = 0; j < full; j += nr) {
+                T* o = dst + j * kc;
+                for (std::int64_t p = p0; p < p1; ++p) {
+                    const T* s = b + p * brs + j;
+                    for (std::int64_t v = 0; v < static_cast<std::int64_t>(nv); ++v)
+                        hn::Store(hn::LoadU(d, s + v * L), d, o + p * nr + v * L);
+                }
+            }
+        }
+        if (full == cols) return;
+        b += full;
+        dst += full * kc;
+        cols -= full;
+    }
+    for (std::int64_t j = 0; j < cols; j += nr, dst += nr * kc) {
+        const std::int64_t w = std::min(nr, cols - j);
+        const T* src = b + j * bcs;
+        if (bcs == 1 && w == nr) {
+            const hn::ScalableTag<T> d;
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                for (std::size_t v = 0; v < nv; ++v) hn::Store(hn::LoadU(d, s + v * lanes<T>()), d, o + v * lanes<T>());
+            }
+        } else if (brs == 1 && bcs != 0) {
+            // Columns are contiguous in p (B column-major, e.g. a transposed row-major matrix: a
+            // search corpus as matmul(queries, corpus^T) reads it). Full panels go through the
+            // register transposes where the target has them.
+#if TENFERRO_GEMM_PACK_A_TRANSPOSE && HWY_TARGET <= HWY_AVX3
+            if (w == nr && nr % 16 == 0) {
+                for (std::int64_t c = 0; c < nr; c += 16) pack_b_cols16(src + c * bcs, bcs, kc, nr, dst + c);
+                continue;
+            }
+#elif TENFERRO_GEMM_PACK_A_TRANSPOSE
+            if constexpr (std::is_same_v<T, float>) {
+                if (w == nr && nr % 8 == 0) {
+                    for (std::int64_t c = 0; c < nr; c += 8) pack_b_cols8(src + c * bcs, bcs, kc, nr, dst + c);
+                    continue;
+                }
+            }
+#endif
+            for (std::int64_t jj = 0; jj < w; ++jj) {
+                const T* s = src + jj * bcs;
+                for (std::int64_t p = 0; p < kc; ++p) dst[p * nr + jj] = s[p];
+            }
+            for (std::int64_t p = 0; p < kc; ++p)
+                for (std::int64_t jj = w; jj < nr; ++jj) dst[p * nr + jj] = T(0);
+        } else {
+            for (std::int64_t p = 0; p < kc; ++p) {
+                const T* s = src + p * brs;
+                T* o = dst + p * nr;
+                std::int64_t jj = 0;
+                for (; jj < w; ++jj) o[jj] = s[jj * bcs];
+                for (; jj < nr; ++jj) o[jj] = T(0);
+            }
+        }
+    }
+}
 
 // A micro-panels: rows [i, i + mr) of a kc-deep slice, stored p-major (mr values per p),
 // zero-padded past `rows`. `a` points at (i0, p0).

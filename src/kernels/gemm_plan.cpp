@@ -74,7 +74,6 @@ gemm_plan make_plan(gemm_type type, std::int64_t m, std::int64_t n, std::int64_t
     const std::size_t a_bytes = p.small ? 0 : round_up_bytes(static_cast<std::size_t>(mc * kc) * elem);
     const std::size_t b_bytes = round_up_bytes(static_cast<std::size_t>(nc * kc) * elem);
     p.scratch_bytes = static_cast<std::size_t>(best_tm * best_tn) * (a_bytes + b_bytes) + align_bytes;
-    p.scratch_bytes += dot_scratch_bytes(p);
     return p;
 }
 

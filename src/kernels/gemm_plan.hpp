@@ -1,7 +1,7 @@
 #pragma once
 // GEMM planning: the target-independent part of the GEMM kernel (gemm.hpp),
 // compiled once in gemm_plan.cpp. How C is split into tasks, which path a
-// problem takes (packed, small, dot), the scratch a plan needs, and the small
+// problem takes (packed, small), the scratch a plan needs, and the small
 // helpers the per-target code shares. The per-target parts, compiled once per
 // Highway target through gemm.cpp's foreach_target, are gemm_tile-inl.h (tile
 // shapes, cache blocks, micro-kernels), gemm_pack-inl.h (packing) and
@@ -45,31 +45,6 @@ inline std::pair<std::int64_t, std::int64_t> task_range(std::int64_t extent, std
     const std::int64_t begin = std::min(extent, t * per * tile);
     const std::int64_t end = std::min(extent, (t + 1) * per * tile);
     return {begin, end};
-}
-
-/// Dot path (docs/gemm.md): a product with at most dot_max_short columns against many rows of a
-/// row-contiguous A, or one row against many columns of a column-contiguous B, is computed as
-/// dot products along k.
-constexpr std::int64_t dot_max_short = 4;
-constexpr std::int64_t dot_min_long = 16;
-enum class dot_kind : std::uint8_t { none, rows_of_a, cols_of_b };
-
-inline dot_kind dot_kind_of(const gemm_operands& op) noexcept {
-    if (op.k <= 0) return dot_kind::none;
-    if (op.n <= dot_max_short && op.m >= dot_min_long && op.a_col_stride == 1) return dot_kind::rows_of_a;
-    if (op.m == 1 && op.n >= dot_min_long && op.b_row_stride == 1) return dot_kind::cols_of_b;
-    return dot_kind::none;
-}
-inline bool dot_possible(std::int64_t m, std::int64_t n) noexcept {
-    return (n <= dot_max_short && m >= dot_min_long) || (m == 1 && n >= dot_min_long);
-}
-/// Scratch of the dot path: the short vectors (contiguous, padded to 16 lanes) and one padded
-/// row per task.
-inline std::size_t dot_scratch_bytes(const gemm_plan& p) noexcept {
-    if (!dot_possible(p.m, p.n) || p.k <= 0) return 0;
-    const std::size_t elem = p.type == gemm_type::f32 ? 4 : 8;
-    const std::int64_t tasks = static_cast<std::int64_t>(p.tasks_m) * p.tasks_n;
-    return round_up_bytes(static_cast<std::size_t>((dot_max_short + tasks) * round_up(p.k, 16)) * elem);
 }
 
 /// The plan of an m x n x k product for `threads` tasks at most on Highway

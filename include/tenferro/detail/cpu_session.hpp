@@ -111,6 +111,10 @@ public:
                           const tensor_view& out, double alpha, double beta) override;
     void matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) override;
 
+    // Fused search (src/cpu/ops/search.cpp).
+    void matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
+                           const tensor_view& values, const tensor_view& indices) override;
+
 private:
     void release_claim() noexcept;
 

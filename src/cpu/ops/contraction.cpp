@@ -24,7 +24,9 @@
 #include <memory>
 #include <string>
 
+#include "cpu/ops/matmul_shape.hpp"
 #include "cpu/ops/op_support.hpp"
+#include "cpu/ops/packed_constant.hpp"
 #include "cpu/runtime_cache_state.hpp"
 #include "kernels/gemm.hpp"
 #include "tenferro/detail/cpu_session.hpp"
@@ -306,15 +308,7 @@ contraction_plan plan_dot_general(std::string_view op, const const_tensor_view& 
 
 // ---- matmul planning -------------------------------------------------------
 
-// matmul's operands as stacks of matrices (a rank-1 operand promoted), and the
-// result's shape; throws for everything matmul rejects.
-struct matmul_dims {
-    bool a_vec = false, b_vec = false;
-    extents ash, ast, bsh, bst;  // the promoted shapes and strides
-    std::int64_t m = 0, n = 0, k = 0;
-    extents batch;      // the broadcast batch extents
-    extents out_shape;  // batch, then m unless a_vec, then n unless b_vec
-};
+}  // namespace
 
 matmul_dims check_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
     require_float(op, "a", a.type());
@@ -357,6 +351,8 @@ matmul_dims check_matmul(std::string_view op, const const_tensor_view& a, const 
     if (!b_vec) md.out_shape.push_back(n);
     return md;
 }
+
+namespace {
 
 contraction_plan plan_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
                              const tensor_view& out, std::size_t threads) {
@@ -452,25 +448,6 @@ std::shared_ptr<const contraction_plan> cached_plan(cpu_runtime_cache& cache, st
 
 // ---- execution -------------------------------------------------------------
 
-// Packed copies of constant operands, kept in the cache.
-struct packed_operand {
-    std::unique_ptr<std::byte[]> data;
-    std::size_t bytes = 0;
-};
-
-// The byte range an operand's GEMM addresses (for the constant test).
-std::pair<const std::byte*, const std::byte*> addressed_range(const void* base, std::size_t itemsize, std::int64_t rows,
-                                                              std::int64_t rs, std::int64_t cols, std::int64_t cs) {
-    std::int64_t lo = 0, hi = 0;
-    for (auto [e, s] : {std::pair{rows, rs}, std::pair{cols, cs}}) {
-        if (e <= 0) continue;
-        const std::int64_t span = (e - 1) * s;
-        (span < 0 ? lo : hi) += span;
-    }
-    const auto* b = static_cast<const std::byte*>(base);
-    return {b + lo * static_cast<std::int64_t>(itemsize), b + (hi + 1) * static_cast<std::int64_t>(itemsize)};
-}
-
 void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view& a, const const_tensor_view& b,
               const tensor_view& out, double alpha, double beta) {
     const dtype type = a.type();
@@ -508,31 +485,7 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
     const kernels::gemm_type gt = gemm_type_of(type);
     std::shared_ptr<const void> packed_b_hold;
     const void* packed_b = nullptr;
-    runtime_cache_state& cache = cache_access::state(s.cache());
-    if (g.batch.empty() && !p.copy_b && g.m > 1) {
-        const auto [lo, hi] = addressed_range(b_data, itemsize, g.k, g.b_rs, g.n, g.b_cs);
-        if (const void* source = cache.constant_containing(lo, hi)) {
-            key_builder k('P');
-            k.add(reinterpret_cast<std::intptr_t>(b_data));
-            const kernels::packed_b_key pk = kernels::packed_b_key_of(p.kernel);
-            for (std::int64_t v : {g.b_rs, g.b_cs, pk.n, pk.k, pk.target, std::int64_t{pk.kc}, std::int64_t{pk.nr},
-                                   std::int64_t{pk.mr}, std::int64_t{pk.swapped}, static_cast<std::int64_t>(pk.type)})
-                k.add(v);
-            std::string key = k.take();
-            if (auto hit = cache.find(key)) {
-                packed_b_hold = std::move(hit);
-            } else {
-                auto packed = std::make_shared<packed_operand>();
-                packed->bytes = kernels::packed_b_bytes(p.kernel);
-                packed->data = std::make_unique_for_overwrite<std::byte[]>(packed->bytes);
-                kernels::pack_b(p.kernel, b_data, g.b_rs, g.b_cs, packed->data.get());
-                const std::size_t bytes = packed->bytes;
-                packed_b_hold = packed;
-                cache.insert(std::move(key), packed_b_hold, bytes, source);
-            }
-            packed_b = static_cast<const packed_operand*>(packed_b_hold.get())->data.get();
-        }
-    }
+    if (g.batch.empty() && !p.copy_b) packed_b = packed_constant_b(s, p.kernel, b_data, g.b_rs, g.b_cs, packed_b_hold);
 
     pooled_scratch scratch(s.buffers(), p.kernel.scratch_bytes);
     auto gemm_at = [&](std::int64_t ao, std::int64_t bo, std::int64_t co, void* scratch_ptr, bool parallel) {

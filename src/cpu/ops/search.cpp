@@ -1,0 +1,158 @@
+// The fused search op of cpu_session: matmul_top_k(_into) == top_k(matmul(a, b), k, -1) without
+// materialising the product (kernels/gemm_top_k.hpp); the allocating form and the unfused default
+// of backend_session at the end.
+//
+// Each matrix of the (broadcast) batch is one fused kernel call, split over the session's
+// permits along the columns of the product (the rows of a search corpus). A b inside a tensor
+// marked constant in the cache is read from its packed copy, the one matmul uses too.
+
+#include <algorithm>
+#include <string>
+
+#include "cpu/ops/matmul_shape.hpp"
+#include "cpu/ops/op_support.hpp"
+#include "cpu/ops/packed_constant.hpp"
+#include "kernels/gemm_top_k.hpp"
+#include "tenferro/detail/cpu_session.hpp"
+
+namespace tenferro::detail {
+namespace {
+
+using namespace ops;
+
+// What matmul_top_k checks before anything is allocated: matmul's operand rules, then top_k's
+// along the product's last axis.
+struct search_shape {
+    matmul_dims md;
+    std::int64_t row = 0;  // the extent of the product's last axis (n, or m when b is a vector)
+    extents out_shape;     // the product's shape with the last axis of extent k
+};
+
+search_shape check_search(std::string_view op, const const_tensor_view& a, const const_tensor_view& b, std::int64_t k) {
+    search_shape s;
+    s.md = check_matmul(op, a, b);
+    if (s.md.out_shape.size() == 0)
+        fail(op, "operands a (shape " + str(a.shape()) + ") and b (shape " + str(b.shape()) +
+                     ") are both vectors: their product is a scalar, which has no axis to take the top k along");
+    s.row = s.md.out_shape[s.md.out_shape.size() - 1];
+    if (k < 0) fail(op, "k = " + std::to_string(k) + " is negative");
+    if (k > s.row)
+        fail(op, "k = " + std::to_string(k) + " exceeds the extent " + std::to_string(s.row) +
+                     " of the last axis of the product of a (shape " + str(a.shape()) + ") and b (shape " +
+                     str(b.shape()) + ")");
+    s.out_shape = s.md.out_shape;
+    s.out_shape[s.out_shape.size() - 1] = k;
+    return s;
+}
+
+// Batch strides of an operand of promoted shape `sh` / strides `st` against the broadcast batch.
+std::int64_t batch_stride(const extents& sh, const extents& st, std::size_t batch_rank, std::size_t i,
+                          std::int64_t extent) {
+    const std::size_t own = sh.size() - 2;
+    if (i + own < batch_rank) return 0;
+    const std::size_t j = i + own - batch_rank;
+    return sh[j] == extent ? st[j] : 0;
+}
+
+void run_search(cpu_session& s, const search_shape& sh, const const_tensor_view& a, const const_tensor_view& b,
+                std::int64_t k, const tensor_view& values, const tensor_view& indices) {
+    const matmul_dims& md = sh.md;
+    const std::size_t nb = md.batch.size();
+    const std::size_t itemsize = size_of(a.type());
+    const kernels::gemm_type gt = a.type() == dtype::f32 ? kernels::gemm_type::f32 : kernels::gemm_type::f64;
+    const std::size_t ar = md.ash.size(), br = md.bsh.size();
+    const extents vs(values.strides()), is(indices.strides());
+    const std::size_t last = sh.out_shape.size() - 1;
+
+    kernels::gemm_top_k_operands op{};
+    op.m = md.m;
+    op.n = md.n;
+    op.k = md.k;
+    op.count = k;
+    op.a_row_stride = md.ast[ar - 2];
+    op.a_col_stride = md.ast[ar - 1];
+    op.b_row_stride = md.bst[br - 2];
+    op.b_col_stride = md.bst[br - 1];
+    op.values_row_stride = md.a_vec ? 0 : vs[nb];
+    op.values_col_stride = vs[last];
+    op.indices_row_stride = md.a_vec ? 0 : is[nb];
+    op.indices_col_stride = is[last];
+    const kernels::gemm_top_k_plan plan =
+        kernels::plan_gemm_top_k(gt, op.m, op.n, op.k, k, static_cast<int>(s.parallelism()));
+
+    std::shared_ptr<const void> hold;
+    const void* packed = nullptr;
+    if (std::all_of(md.batch.begin(), md.batch.end(), [](std::int64_t e) { return e == 1; }))
+        packed = packed_constant_b(s, plan.gemm, b.data(), op.b_row_stride, op.b_col_stride, hold);
+
+    pooled_scratch scratch(s.buffers(), plan.scratch_bytes);
+    const std::int64_t batches = element_count(md.batch.span());
+    for (std::int64_t index = 0; index < batches; ++index) {
+        std::int64_t ao = 0, bo = 0, vo = 0, io = 0;
+        for (std::size_t d = nb, rest = static_cast<std::size_t>(index); d-- > 0;) {
+            const std::int64_t e = md.batch[d];
+            const auto i = static_cast<std::int64_t>(rest % static_cast<std::size_t>(e));
+            rest /= static_cast<std::size_t>(e);
+            ao += i * batch_stride(md.ash, md.ast, nb, d, e);
+            bo += i * batch_stride(md.bsh, md.bst, nb, d, e);
+            vo += i * vs[d];
+            io += i * is[d];
+        }
+        op.a = static_cast<const std::byte*>(a.data()) + ao * static_cast<std::int64_t>(itemsize);
+        op.b = static_cast<const std::byte*>(b.data()) + bo * static_cast<std::int64_t>(itemsize);
+        op.values = static_cast<std::byte*>(values.data()) + vo * static_cast<std::int64_t>(itemsize);
+        op.indices = static_cast<std::int64_t*>(indices.data()) + io;
+        kernels::gemm_top_k(gt, op, plan, packed, scratch.get(),
+                            [&](std::int64_t count, kernels::gemm_body body) { s.parallel_for(count, 1, body); });
+    }
+}
+
+}  // namespace
+
+void cpu_session::matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
+                                    const tensor_view& values, const tensor_view& indices) {
+    constexpr std::string_view op = "matmul_top_k_into";
+    const search_shape sh = check_search(op, a, b, k);
+    check_out(op, "values", values, a.type(), sh.out_shape.span());
+    check_out(op, "indices", indices, dtype::i64, sh.out_shape.span());
+    check_no_overlap(op, "values", values, "a", a);
+    check_no_overlap(op, "values", values, "b", b);
+    check_no_overlap(op, "indices", indices, "a", a);
+    check_no_overlap(op, "indices", indices, "b", b);
+    if (overlaps(values, indices))
+        fail(op, "values (shape " + str(values.shape()) + ") overlaps indices (shape " + str(indices.shape()) + ")");
+    if (values.size() == 0) return;
+    if (sh.md.b_vec) {
+        // The product is a stack of vectors [.., m] and the top k runs along m: nothing large to
+        // avoid materialising, so the unfused composition (same bits by definition).
+        tensor product = allocate(a.type(), sh.md.out_shape.span());
+        matmul_into(a, b, product.view());
+        top_k_into(product.view(), k, -1, values, indices);
+        return;
+    }
+    run_search(*this, sh, a, b, k, values, indices);
+}
+
+}  // namespace tenferro::detail
+
+namespace tenferro {
+
+std::pair<tensor, tensor> backend_session::matmul_top_k(const const_tensor_view& a, const const_tensor_view& b,
+                                                        std::int64_t k) {
+    const detail::search_shape sh = detail::check_search("matmul_top_k", a, b, k);
+    tensor values = allocate(a.type(), sh.out_shape.span());
+    tensor indices = allocate(dtype::i64, sh.out_shape.span());
+    matmul_top_k_into(a, b, k, values.view(), indices.view());
+    return {std::move(values), std::move(indices)};
+}
+
+// The default for backends without a fused kernel: the composition it is defined as.
+void backend_session::matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
+                                        const tensor_view& values, const tensor_view& indices) {
+    const detail::search_shape sh = detail::check_search("matmul_top_k_into", a, b, k);
+    tensor product = allocate(a.type(), sh.md.out_shape.span());
+    matmul_into(a, b, product.view());
+    top_k_into(product.view(), k, -1, values, indices);
+}
+
+}  // namespace tenferro
