@@ -51,6 +51,9 @@ const void* packed_constant_b(cpu_session& s, const kernels::gemm_plan& plan, co
     if (auto hit = cache.find(key)) {
         hold = std::move(hit);
     } else {
+        // A packed copy the cache cannot retain would be made anew on every call, at the cost of
+        // a full pass over B: the kernels' own per-call panels (in cache) are cheaper.
+        if (kernels::packed_b_bytes(plan) > cache.capacity()) return nullptr;
         auto packed = std::make_shared<packed_operand>();
         packed->bytes = kernels::packed_b_bytes(plan);
         packed->data = std::make_unique_for_overwrite<std::byte[]>(packed->bytes);

@@ -15,7 +15,7 @@ class cpu_session;
 
 /// B's packed panels for `plan` (k x n of `plan`, element (p, j) at b[p * b_rs + j * b_cs]) when B
 /// lies inside a constant: from the cache, or packed now and inserted (`hold` keeps them alive).
-/// nullptr when B is not constant.
+/// nullptr when B is not constant, or when its packed copy is larger than the cache's capacity.
 const void* packed_constant_b(cpu_session& s, const kernels::gemm_plan& plan, const void* b, std::int64_t b_rs,
                               std::int64_t b_cs, std::shared_ptr<const void>& hold);
 

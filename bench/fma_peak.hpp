@@ -1,0 +1,13 @@
+#pragma once
+// The machine's measured f32 FMA peak (fma_peak.cpp, compiled -march=native).
+
+namespace tenferro::bench {
+
+/// GFLOP/s of a register-only FMA loop on `threads` threads at once, the best of three rounds
+/// lasting `seconds` in all.
+double fma_peak_gflops(int threads, double seconds);
+
+/// The vector ISA the loop was compiled for ("AVX-512" or "AVX2+FMA").
+const char* fma_peak_isa();
+
+}  // namespace tenferro::bench

@@ -1,0 +1,282 @@
+// Exact search: tenferro's matmul_top_k against FAISS IndexFlatIP (Debian's libfaiss-dev), side by
+// side in one process (docs/bench-protocol.md, "Exact search"; docs/benchmarks.md).
+//
+// Corpus rows and queries are random unit vectors (f32). tenferro runs what the demo server runs:
+// a session holding `threads` permits whose body calls s.matmul_top_k(queries, corpus.transposed(),
+// k), with the corpus marked constant in the backend's runtime cache (its packed copy is made
+// before timing). FAISS runs IndexFlatIP::search with OpenMP and OpenBLAS limited to `threads`
+// threads, at its own best for each batch: below 20 queries FAISS scans per query and from 20 on
+// it calls sgemm on tiles (faiss::distance_compute_blas_threshold); for batches up to 64 both are
+// timed and the faster one is FAISS's figure. The unfused tenferro path (matmul, then top_k) runs
+// where its score matrix stays under --unfused-mb.
+//
+// Each round times every system once (calls repeated for at least --min-ms) in turn; a system's
+// figure is its best round, so a burst of load from another process costs one round. GFLOP/s are
+// 2 * d * rows per query; "peak" is a register-only FMA loop (fma_peak.cpp) measured in the same
+// run on the same number of threads.
+//
+// Exactness, checked on every measured configuration: fused and unfused results have the same
+// bits (values and indices), and every row's top-k index set equals FAISS's.
+//
+// Flags: --rows 200000,1000000 --dims 128,768 --batches 1,4,16,64,256,1024 --ks 10,100
+//        --threads 1,2 --rounds 3 --min-ms 300 --unfused-mb 512 --json FILE (one object per line)
+
+#include <cblas.h>
+#include <omp.h>
+#include <faiss/IndexFlat.h>
+#include <faiss/utils/distances.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/use_future.hpp>
+
+#include "fma_peak.hpp"
+#include "hwy_target_select.hpp"
+#include "tenferro/tenferro.hpp"
+
+namespace {
+
+namespace tf = tenferro;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+    std::vector<std::int64_t> rows{200000, 1000000}, dims{128, 768}, batches{1, 4, 16, 64, 256, 1024}, ks{10, 100};
+    std::vector<std::int64_t> threads{1, 2};
+    int rounds = 3;
+    double min_ms = 300;
+    double unfused_mb = 512;
+    std::string json;
+};
+
+std::vector<std::int64_t> numbers(const std::string& s) {
+    std::vector<std::int64_t> out;
+    std::size_t start = 0;
+    while (start < s.size()) {
+        const std::size_t comma = s.find(',', start);
+        const std::size_t end = comma == std::string::npos ? s.size() : comma;
+        out.push_back(std::stoll(s.substr(start, end - start)));
+        start = end + 1;
+    }
+    return out;
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i], value = argv[i + 1];
+        if (flag == "--rows")
+            o.rows = numbers(value);
+        else if (flag == "--dims")
+            o.dims = numbers(value);
+        else if (flag == "--batches")
+            o.batches = numbers(value);
+        else if (flag == "--ks")
+            o.ks = numbers(value);
+        else if (flag == "--threads")
+            o.threads = numbers(value);
+        else if (flag == "--rounds")
+            o.rounds = std::stoi(value);
+        else if (flag == "--min-ms")
+            o.min_ms = std::stod(value);
+        else if (flag == "--unfused-mb")
+            o.unfused_mb = std::stod(value);
+        else if (flag == "--json")
+            o.json = value;
+        else {
+            std::fprintf(stderr, "search: unknown flag %s (see bench/search.cpp)\n", flag.c_str());
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+tf::tensor unit_rows(std::int64_t n, std::int64_t d, unsigned seed) {
+    tf::tensor t = tf::tensor::zeros(tf::dtype::f32, {n, d});
+    auto* p = static_cast<float*>(t.data());
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g;
+    for (std::int64_t i = 0; i < n; ++i) {
+        float* row = p + i * d;
+        double norm = 0;
+        for (std::int64_t j = 0; j < d; ++j) {
+            row[j] = g(rng);
+            norm += double(row[j]) * row[j];
+        }
+        const auto inv = static_cast<float>(1 / std::sqrt(norm));
+        for (std::int64_t j = 0; j < d; ++j) row[j] *= inv;
+    }
+    return t;
+}
+
+// Calls f() until min_ms have passed (at least once); seconds per call.
+template <class F>
+double per_call(double min_ms, F&& f) {
+    const auto start = clock_type::now();
+    int calls = 0;
+    double elapsed = 0;
+    do {
+        f();
+        ++calls;
+        elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+    } while (elapsed * 1e3 < min_ms);
+    return elapsed / calls;
+}
+
+struct search_out {
+    tf::tensor values, indices;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const options o = parse(argc, argv);
+    const int max_threads = static_cast<int>(*std::max_element(o.threads.begin(), o.threads.end()));
+    std::FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "w");
+    std::printf("search: tenferro matmul_top_k vs FAISS IndexFlatIP; Highway target %s; peak loop %s\n",
+                tf::bench::dispatched_highway_target(), tf::bench::fma_peak_isa());
+    std::vector<double> peak(static_cast<std::size_t>(max_threads) + 1, 0);
+    for (std::int64_t t : o.threads) {
+        peak[static_cast<std::size_t>(t)] = tf::bench::fma_peak_gflops(static_cast<int>(t), 1.5);
+        std::printf("f32 FMA peak, %lld thread%s: %.1f GFLOP/s\n", static_cast<long long>(t), t == 1 ? "" : "s",
+                    peak[static_cast<std::size_t>(t)]);
+    }
+    tf::cpu_backend_options bo;
+    bo.permits = static_cast<std::size_t>(max_threads);
+    // Room for the largest packed corpus, as the demo server sizes its cache.
+    const std::size_t corpus_bytes = static_cast<std::size_t>(*std::max_element(o.rows.begin(), o.rows.end()) *
+                                                              *std::max_element(o.dims.begin(), o.dims.end()) * 4);
+    bo.runtime_cache_bytes = corpus_bytes + corpus_bytes / 4 + (std::size_t{16} << 20);
+    tf::cpu_backend cpu(bo);
+    std::printf("%8s %4s %5s %4s %3s | %10s %7s %6s | %10s %5s | %10s | %6s %6s %s\n", "rows", "d", "batch", "k", "thr",
+                "tenferro/s", "GFLOP/s", "%peak", "FAISS q/s", "mode", "unfused/s", "ratio", "vs unf", "exact");
+    for (std::int64_t n : o.rows) {
+        for (std::int64_t d : o.dims) {
+            const tf::tensor corpus = unit_rows(n, d, 1);
+            const std::int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+            const tf::tensor queries = unit_rows(max_batch, d, 2);
+            faiss::IndexFlatIP index(static_cast<int>(d));
+            index.add(n, static_cast<const float*>(corpus.data()));
+            cpu.default_cache().mark_constant(corpus);
+            for (std::int64_t k : o.ks) {
+                for (std::int64_t batch : o.batches) {
+                    for (std::int64_t threads : o.threads) {
+                        const tf::const_tensor_view q = queries.slice(0, 0, batch);
+                        tf::session_options so;
+                        so.permits = static_cast<std::size_t>(threads);
+                        search_out ours, plain;
+                        auto run_ours = [&] {
+                            auto r = cpu.with_backend_session(
+                                            so,
+                                            [&](tf::backend_session& s) {
+                                                auto [v, i] = s.matmul_top_k(q, corpus.transposed(), k);
+                                                return search_out{std::move(v), std::move(i)};
+                                            },
+                                            asio::use_future)
+                                         .get();
+                            ours = std::move(*r);
+                        };
+                        auto run_unfused = [&] {
+                            auto r = cpu.with_backend_session(
+                                            so,
+                                            [&](tf::backend_session& s) {
+                                                auto [v, i] = s.top_k(s.matmul(q, corpus.transposed()), k, -1);
+                                                return search_out{std::move(v), std::move(i)};
+                                            },
+                                            asio::use_future)
+                                         .get();
+                            plain = std::move(*r);
+                        };
+                        std::vector<float> fd(static_cast<std::size_t>(batch * k));
+                        std::vector<faiss::Index::idx_t> fi(static_cast<std::size_t>(batch * k));
+                        auto run_faiss = [&](int threshold) {
+                            faiss::distance_compute_blas_threshold = threshold;
+                            index.search(batch, static_cast<const float*>(q.data()), k, fd.data(), fi.data());
+                        };
+                        omp_set_num_threads(static_cast<int>(threads));
+                        openblas_set_num_threads(static_cast<int>(threads));
+                        const bool with_unfused =
+                            static_cast<double>(batch) * static_cast<double>(n) * 4 <= o.unfused_mb * 1048576;
+                        // FAISS's two paths where either may win; its BLAS path alone from 64 on
+                        // (the per-query scan reads the corpus once per query there).
+                        std::vector<int> faiss_modes;
+                        if (batch <= 64) faiss_modes.push_back(1 << 30);  // scan
+                        faiss_modes.push_back(0);  // sgemm tiles
+                        run_ours();  // warm-up: the packed corpus, the buffer pool
+                        double t_ours = 1e30, t_unf = 1e30, t_faiss = 1e30;
+                        int best_mode = 0;
+                        for (int round = 0; round < o.rounds; ++round) {
+                            t_ours = std::min(t_ours, per_call(o.min_ms, run_ours));
+                            for (int mode : faiss_modes) {
+                                const double t = per_call(o.min_ms, [&] { run_faiss(mode); });
+                                if (t < t_faiss) {
+                                    t_faiss = t;
+                                    best_mode = mode;
+                                }
+                            }
+                            if (with_unfused) t_unf = std::min(t_unf, per_call(o.min_ms, run_unfused));
+                        }
+                        // Exactness: FAISS's last run used the BLAS mode (or the scan); both are
+                        // exact search, so compare index sets row by row.
+                        bool exact = true;
+                        std::int64_t agree = 0;
+                        const auto* ids = static_cast<const std::int64_t*>(ours.indices.data());
+                        for (std::int64_t r = 0; r < batch; ++r) {
+                            std::set<std::int64_t> a(ids + r * k, ids + (r + 1) * k);
+                            std::set<std::int64_t> b(fi.begin() + r * k, fi.begin() + (r + 1) * k);
+                            agree += a == b;
+                        }
+                        if (agree != batch) exact = false;
+                        bool same_bits = true;
+                        if (with_unfused) {
+                            same_bits = std::equal(static_cast<const std::byte*>(ours.values.data()),
+                                                   static_cast<const std::byte*>(ours.values.data()) + batch * k * 4,
+                                                   static_cast<const std::byte*>(plain.values.data())) &&
+                                        std::equal(ids, ids + batch * k,
+                                                   static_cast<const std::int64_t*>(plain.indices.data()));
+                        }
+                        const double qps = double(batch) / t_ours, fq = double(batch) / t_faiss;
+                        const double gflops = qps * 2.0 * double(d) * double(n) / 1e9;
+                        const double pct = 100 * gflops / peak[static_cast<std::size_t>(threads)];
+                        const double uq = with_unfused ? double(batch) / t_unf : 0;
+                        std::printf(
+                            "%8lld %4lld %5lld %4lld %3lld | %10.1f %7.1f %5.1f%% | %10.1f %5s | %10.1f | %5.2fx "
+                            "%5.2fx %s%s\n",
+                            static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(batch),
+                            static_cast<long long>(k), static_cast<long long>(threads), qps, gflops, pct, fq,
+                            best_mode == 0 ? "blas" : "scan", uq, qps / fq, with_unfused ? qps / uq : 0.0,
+                            exact ? "100%" : "MISMATCH", same_bits ? "" : " FUSED!=UNFUSED");
+                        std::fflush(stdout);
+                        if (json != nullptr) {
+                            std::fprintf(
+                                json,
+                                "{\"rows\": %lld, \"d\": %lld, \"batch\": %lld, \"k\": %lld, \"threads\": %lld, "
+                                "\"tenferro_qps\": %.3f, \"gflops\": %.3f, \"peak_gflops\": %.3f, "
+                                "\"faiss_qps\": %.3f, \"faiss_mode\": \"%s\", \"unfused_qps\": %.3f, "
+                                "\"agreement\": %.4f, \"bit_identical_to_unfused\": %s, \"target\": \"%s\"}\n",
+                                static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(batch),
+                                static_cast<long long>(k), static_cast<long long>(threads), qps, gflops,
+                                peak[static_cast<std::size_t>(threads)], fq, best_mode == 0 ? "blas" : "scan", uq,
+                                double(agree) / double(batch), same_bits ? "true" : "false",
+                                tf::bench::dispatched_highway_target());
+                            std::fflush(json);
+                        }
+                    }
+                }
+            }
+            cpu.default_cache().unmark_constant(corpus);
+        }
+    }
+    if (json != nullptr) std::fclose(json);
+    return 0;
+}
