@@ -166,6 +166,10 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
     app.add_option("--batch", mode.max_batch, "most queries scored together in one session (1: no batching)")
         ->check(whole<std::size_t>(1, 4096))
         ->capture_default_str();
+    app.add_option("--batch-permits", mode.batch_permits,
+                   "permits each batch session takes, its corpus split over that many workers (0: all)")
+        ->check(whole<std::size_t>(0, 4096))
+        ->capture_default_str();
     app.add_option_function<std::int64_t>(
            "--batch-delay-us", [&mode](std::int64_t us) { mode.max_delay = std::chrono::microseconds(us); },
            "wait up to this long for a batch to fill (0: never wait; batches form from what queues anyway)")

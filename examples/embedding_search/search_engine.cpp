@@ -41,6 +41,7 @@ engine_options engine_options_for(const server_mode& mode) {
     o.inline_compute = mode.inline_compute;
     o.max_batch = mode.inline_compute ? 1 : std::max<std::size_t>(1, mode.max_batch);
     o.max_delay = mode.inline_compute ? std::chrono::microseconds(0) : mode.max_delay;
+    o.session_permits = mode.inline_compute ? 1 : mode.batch_permits;
     if (!mode.inline_compute) o.max_waiting = mode.max_waiters;
     return o;
 }
@@ -48,8 +49,13 @@ engine_options engine_options_for(const server_mode& mode) {
 namespace {
 /// The batcher's options for an engine: inline compute runs each query on the
 /// I/O thread that asked for it (placement::caller), one per session.
-tf::batch_options batching_for(const engine_options& o) {
+tf::batch_options batching_for(const engine_options& o, std::size_t backend_permits) {
     tf::batch_options b;
+    // A batch takes every permit by default: a lone query then uses every core, and a batch
+    // split over the cores finishes as soon as two half-size batches would, in FIFO order.
+    const std::size_t wanted = o.session_permits == 0 ? backend_permits : o.session_permits;
+    b.session.permits =
+        o.inline_compute ? 1 : std::clamp<std::size_t>(wanted, 1, std::max<std::size_t>(1, backend_permits));
     b.max_batch = o.inline_compute ? 1 : std::max<std::size_t>(1, o.max_batch);
     b.max_delay = o.inline_compute ? std::chrono::microseconds(0) : o.max_delay;
     b.session.where = o.inline_compute ? tf::placement::caller : tf::placement::compute;
@@ -71,7 +77,7 @@ search_engine::search_engine(tf::cpu_backend& cpu, tf::tensor corpus, engine_opt
       corpus_(checked_corpus(std::move(corpus))),
       options_(options),
       usage_(std::move(usage)),
-      batcher_(cpu, batching_for(options),
+      batcher_(cpu, batching_for(options, cpu.permits()),
                [this](tf::backend_session& s, std::span<item> batch) { return compute(s, batch); }) {
     options_.max_batch = batcher_.options().max_batch;
     cpu_.default_cache().mark_constant(corpus_);
@@ -124,15 +130,14 @@ std::vector<search_engine::hits> search_engine::compute(tf::backend_session& s, 
     std::int64_t k_max = 0;
     for (const item& q : batch) k_max = std::max(k_max, q.query.k);
 
-    // Queries as rows: [B, D]. Scores = queries x corpus^T: [B, N].
+    // Queries as rows: [B, D]; the best k_max of queries x corpus^T ([B, N], never materialised).
     tf::tensor queries = tf::tensor::empty(tf::dtype::f32, {count, d});
     float* rows_out = queries.data<float>();
     for (const item& q : batch) {
         std::copy(q.query.unit_vector.begin(), q.query.unit_vector.end(), rows_out);
         rows_out += d;
     }
-    const tf::tensor scores = s.matmul(queries, corpus_.transposed());
-    const auto [values, indices] = s.top_k(scores, k_max, -1);
+    const auto [values, indices] = s.matmul_top_k(queries, corpus_.transposed(), k_max);
 
     const float* v = values.data<float>();
     const std::int64_t* i = indices.data<std::int64_t>();

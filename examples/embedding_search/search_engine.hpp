@@ -1,7 +1,10 @@
 #pragma once
 // The search itself: each request is an item of a `tenferro::batcher`; each
-// batch's session scores the corpus against its queries with one matmul and
-// picks the best rows with top_k. Queries that arrive while the host is busy
+// batch's session scores the corpus against its queries and picks the best
+// rows with one fused matmul_top_k (the score matrix is never materialised).
+// Each batch session takes every permit of the backend by default, so a lone
+// query on an idle server runs on every core (the corpus split between them)
+// and queued batches run one after another, in FIFO order. Queries that arrive while the host is busy
 // wait in the batcher and are folded into the next session's matmul (up to
 // `max_batch`), which reads the corpus once for all of them; an idle server
 // answers each query in a session of its own, at once (no timer unless
@@ -35,7 +38,10 @@ struct engine_options {
     /// "no admission" baseline, where compute blocks the I/O threads.
     bool inline_compute = false;
     /// The most queries one session scores together (1: one query per matmul).
-    std::size_t max_batch = 16;
+    std::size_t max_batch = 64;
+    /// Permits each batch session asks for (0: all of the backend's): the
+    /// session's matmul_top_k splits the corpus over that many workers.
+    std::size_t session_permits = 0;
     /// 0: batch only what waits anyway (B1). Otherwise wait up to this long for
     /// a batch to fill (B6: the timer policy of other servers, for comparison).
     std::chrono::microseconds max_delay{0};
@@ -51,7 +57,8 @@ struct server_mode {
     std::size_t io_threads = 1;
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
     std::size_t max_waiters = 4096; ///< queued searches beyond which requests get 503
-    std::size_t max_batch = 16;
+    std::size_t max_batch = 64;
+    std::size_t batch_permits = 0;  ///< permits per batch session; 0: all (engine_options::session_permits)
     std::chrono::microseconds max_delay{0};  ///< see engine_options::max_delay
     /// Nice value the compute workers give themselves as they start (Linux:
     /// per thread, through `cpu_backend_options::on_worker_start`), so that a
