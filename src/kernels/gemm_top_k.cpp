@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib> // TUNE
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -72,7 +73,7 @@ inline scratch_layout layout_of(const gemm_top_k_plan& p) noexcept {
     const auto m_pad = static_cast<std::size_t>(gd::round_up(p.gemm.m, p.gemm.mr));
     const auto count = static_cast<std::size_t>(p.count);
     scratch_layout l;
-    l.a_bytes = gd::round_up_bytes(m_pad * k * elem);
+    l.a_bytes = p.gemm.small ? 0 : gd::round_up_bytes(m_pad * k * elem);
     l.tile_bytes =
         gd::round_up_bytes(static_cast<std::size_t>(p.tile_rows) * static_cast<std::size_t>(p.tile_cols) * elem);
     l.bchunk_bytes = gd::round_up_bytes(static_cast<std::size_t>(p.tile_cols) * k * elem);
@@ -139,10 +140,15 @@ void run_task(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const 
     auto* ids = reinterpret_cast<std::int64_t*>(state + lay.vals_bytes);
     auto* held = reinterpret_cast<std::int64_t*>(state + lay.vals_bytes + lay.ids_bytes);
     for (std::int64_t i = 0; i < m; ++i) held[i] = 0;
-    const auto& tiles = tile_table<a_packed, T>;
+    const auto& packed_tiles = tile_table<a_packed, T>;
+    const auto& strided_tiles = tile_table<a_strided, T>;
+    const bool a_direct = plan.gemm.small;  // A read in place (see plan_gemm_top_k)
+    const T* asrc = static_cast<const T*>(op.a);
     const T* bsrc = static_cast<const T*>(op.b);
 
     tile_args<T> t{};
+    t.ars = op.a_row_stride;
+    t.acs = op.a_col_stride;
     t.crs = tile_cols;
     t.ccs = 1;
     t.alpha = T(1);
@@ -178,9 +184,14 @@ void run_task(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const 
                     t.b = bp + jr * kc_eff;
                     for (std::int64_t ir = 0; ir < rows; ir += MR) {
                         const std::int64_t h = std::min(MR, rows - ir);
-                        t.a = ap + ir * kc_eff;
                         t.c = tile + ir * tile_cols + jr;
-                        tiles[static_cast<std::size_t>(h - 1)](t);
+                        if (a_direct) {
+                            t.a = asrc + (ic + ir) * op.a_row_stride + pc * op.a_col_stride;
+                            strided_tiles[static_cast<std::size_t>(h - 1)](t);
+                        } else {
+                            t.a = ap + ir * kc_eff;
+                            packed_tiles[static_cast<std::size_t>(h - 1)](t);
+                        }
                     }
                 }
             }
@@ -221,7 +232,7 @@ void gemm_top_k_t(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, co
     auto* base = static_cast<unsigned char*>(gd::align_up(scratch));
     T* apacked = reinterpret_cast<T*>(base);
     const std::int64_t m_pad = gd::round_up(m, MR);
-    for (std::int64_t pc = 0; pc < k; pc += plan.gemm.kc) {
+    for (std::int64_t pc = 0; pc < k && !plan.gemm.small; pc += plan.gemm.kc) {
         const std::int64_t kc_eff = std::min<std::int64_t>(plan.gemm.kc, k - pc);
         pack_a_block(static_cast<const T*>(op.a) + pc * op.a_col_stride, op.a_row_stride, op.a_col_stride, m, kc_eff,
                      apacked + pc * m_pad);
@@ -306,7 +317,9 @@ gemm_top_k_plan plan_gemm_top_k(gemm_type type, std::int64_t m, std::int64_t n, 
     gemm_top_k_plan p;
     p.gemm = plan_gemm(type, m, n, k, 1);
     p.gemm.swapped = false;  // the fused driver always runs A x B with B's columns along the vectors
-    p.gemm.small = false;
+    // A few rows are read in place, as gemm's small path does: a 1-row tile over a packed A panel
+    // (mr values per p, one used) ran ~25% slower than over the row itself (f32, AVX-512, d = 128).
+    p.gemm.small = m <= 2 * static_cast<std::int64_t>(p.gemm.mr);
     p.gemm.tasks_m = 1;
     p.gemm.tasks_n = 1;
     p.count = count;
@@ -320,7 +333,13 @@ gemm_top_k_plan plan_gemm_top_k(gemm_type type, std::int64_t m, std::int64_t n, 
     cols = std::min(cols, gd::round_up(std::max<std::int64_t>(n, 1), nr));
     std::int64_t rows = static_cast<std::int64_t>((128 << 10) / (static_cast<std::size_t>(cols) * elem)) / mr * mr;
     rows = std::clamp<std::int64_t>(rows, mr, std::max<std::int64_t>(mr, p.gemm.mc));
-    rows = std::min(rows, gd::round_up(std::max<std::int64_t>(m, 1), mr));
+    // All of A in one block when the tile stays within ~192 KiB and the A block within mc: a
+    // remainder block would read every B chunk once more for a few rows.
+    const std::int64_t m_pad = gd::round_up(std::max<std::int64_t>(m, 1), mr);
+    if (m_pad <= p.gemm.mc && static_cast<std::size_t>(m_pad * cols) * elem <= (192u << 10)) rows = m_pad;
+    rows = std::min(rows, m_pad);
+    if (const char* e = std::getenv("TF_TILE_COLS")) cols = std::atoi(e);
+    if (const char* e = std::getenv("TF_TILE_ROWS")) rows = std::atoi(e);
     p.tile_rows = static_cast<std::int32_t>(rows);
     p.tile_cols = static_cast<std::int32_t>(cols);
     std::int64_t tasks = std::clamp(threads, 1, max_top_k_tasks);
