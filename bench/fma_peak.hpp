@@ -4,8 +4,8 @@
 namespace tenferro::bench {
 
 /// GFLOP/s of a register-only FMA loop on `threads` threads at once, the best of three rounds
-/// lasting `seconds` in all.
-double fma_peak_gflops(int threads, double seconds);
+/// lasting `seconds` in all; of process CPU time rather than wall time when `cpu_clock`.
+double fma_peak_gflops(int threads, double seconds, bool cpu_clock = false);
 
 /// The vector ISA the loop was compiled for ("AVX-512" or "AVX2+FMA").
 const char* fma_peak_isa();
