@@ -4,7 +4,7 @@
 // chunk (prepacked, or packed here for all K slices), then for each block of tile_rows rows the
 // score tile is computed K slice by K slice with gemm's micro-kernels and, once complete, each of
 // its rows is offered to that row's top-k state. A vector compare against the row's current k-th
-// best skips almost every score; the few that pass are inserted in a sorted list.
+// best skips almost every score; the few that pass enter a heap of `count`.
 
 #include "kernels/gemm_top_k.hpp"
 
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
@@ -41,21 +42,65 @@ inline bool ranks_above(T a, std::int64_t ia, T b, std::int64_t ib) noexcept {
     return ia < ib;
 }
 
-// One row's best `count` so far, best first, in a task that offers columns in increasing order.
+// One row's best `count` so far in a task that offers columns in increasing order: a binary heap
+// whose root is the worst held (value, column), so that a candidate is tested against one value
+// and enters in O(log count) whatever `count` is (a sorted list would make k ~ n quadratic).
+// `finish` sorts it best first for the merge.
 template <class T>
 struct row_best {
     T* vals;
     std::int64_t* ids;
     std::int64_t* held;
 
-    void insert(std::int64_t count, T v, std::int64_t id) const noexcept {
-        std::int64_t pos = *held < count ? (*held)++ : count - 1;
-        for (; pos > 0 && ranks_above(v, id, vals[pos - 1], ids[pos - 1]); --pos) {
-            vals[pos] = vals[pos - 1];
-            ids[pos] = ids[pos - 1];
+    bool below(std::int64_t a, std::int64_t b) const noexcept { return ranks_above(vals[b], ids[b], vals[a], ids[a]); }
+    void swap_at(std::int64_t a, std::int64_t b) const noexcept {
+        std::swap(vals[a], vals[b]);
+        std::swap(ids[a], ids[b]);
+    }
+    // Adds (v, id) while fewer than `count` are held.
+    void push(T v, std::int64_t id) const noexcept {
+        std::int64_t i = (*held)++;
+        vals[i] = v;
+        ids[i] = id;
+        while (i > 0) {
+            const std::int64_t parent = (i - 1) / 2;
+            if (!below(i, parent)) break;
+            swap_at(i, parent);
+            i = parent;
         }
-        vals[pos] = v;
-        ids[pos] = id;
+    }
+    // Replaces the worst held by (v, id), which ranks above it.
+    void replace_worst(T v, std::int64_t id) const noexcept {
+        const std::int64_t n = *held;
+        vals[0] = v;
+        ids[0] = id;
+        std::int64_t i = 0;
+        for (;;) {
+            const std::int64_t l = 2 * i + 1, r = l + 1;
+            std::int64_t low = i;
+            if (l < n && below(l, low)) low = l;
+            if (r < n && below(r, low)) low = r;
+            if (low == i) break;
+            swap_at(i, low);
+            i = low;
+        }
+    }
+    // Sorts the held entries best first.
+    void finish() const {
+        const std::int64_t n = *held;
+        for (std::int64_t end = n - 1; end > 0; --end) {  // heap sort: the worst goes last
+            swap_at(0, end);
+            std::int64_t i = 0;
+            for (;;) {
+                const std::int64_t l = 2 * i + 1, r = l + 1;
+                std::int64_t low = i;
+                if (l < end && below(l, low)) low = l;
+                if (r < end && below(r, low)) low = r;
+                if (low == i) break;
+                swap_at(i, low);
+                i = low;
+            }
+        }
     }
 };
 
@@ -100,26 +145,34 @@ void offer_row(const T* scores, std::int64_t cnt, std::int64_t j0, std::int64_t 
     const hn::ScalableTag<T> d;
     constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
     std::int64_t j = 0;
-    for (; *best.held < count && j < cnt; ++j) best.insert(count, scores[j], j0 + j);
+    for (; *best.held < count && j < cnt; ++j) best.push(scores[j], j0 + j);
     if (j == cnt) return;
     // Full: a later column enters only by ranking strictly above the worst held value (a tie
     // goes to the held, lower index). Nothing ranks above a NaN there.
-    T worst = best.vals[count - 1];
+    T worst = best.vals[0];
     if (std::isnan(worst)) return;
     auto vw = hn::Set(d, worst);
     auto admit = [&](std::int64_t at) {
         const T v = scores[at];
         if (!(std::isnan(v) || v > worst)) return true;
-        best.insert(count, v, j0 + at);
-        worst = best.vals[count - 1];
+        best.replace_worst(v, j0 + at);
+        worst = best.vals[0];
         vw = hn::Set(d, worst);
         return !std::isnan(worst);
     };
+    static_assert(L <= 64);
     for (; j + L <= cnt; j += L) {
         const auto v = hn::LoadU(d, scores + j);
-        if (hn::AllFalse(d, hn::Or(hn::Gt(v, vw), hn::IsNaN(v)))) continue;
-        for (std::int64_t l = 0; l < L; ++l)
-            if (!admit(j + l)) return;
+        const auto pass = hn::Or(hn::Gt(v, vw), hn::IsNaN(v));
+        if (hn::AllFalse(d, pass)) continue;
+        // Visit only the lanes that passed (in column order); each is tested again against the
+        // worst, which rises as they enter.
+        std::uint8_t bytes[8] = {};
+        hn::StoreMaskBits(d, pass, bytes);
+        std::uint64_t bits = 0;
+        for (int b = 7; b >= 0; --b) bits = (bits << 8) | bytes[b];
+        for (; bits != 0; bits &= bits - 1)
+            if (!admit(j + static_cast<std::int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits)))) return;
     }
     for (; j < cnt; ++j)
         if (!admit(j)) return;
@@ -202,6 +255,7 @@ void run_task(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const 
             }
         }
     }
+    for (std::int64_t i = 0; i < m; ++i) td::row_best<T>{vals + i * count, ids + i * count, held + i}.finish();
 }
 
 template <class T>
