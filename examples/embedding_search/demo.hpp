@@ -33,7 +33,7 @@ struct bench_options {
     int healthz_interval_ms = 10;
     std::size_t tenferro_io_threads = 1;
     std::size_t inline_io_threads = 0;  ///< 0: one per core
-    std::size_t max_batch = 16;
+    std::size_t max_batch = 256;
     int compute_nice = 19;
     std::string json_path;  ///< also write every run as JSON lines here
 };

@@ -38,7 +38,7 @@ struct engine_options {
     /// "no admission" baseline, where compute blocks the I/O threads.
     bool inline_compute = false;
     /// The most queries one session scores together (1: one query per matmul).
-    std::size_t max_batch = 64;
+    std::size_t max_batch = 256;
     /// Permits each batch session asks for (0: all of the backend's): the
     /// session's matmul_top_k splits the corpus over that many workers.
     std::size_t session_permits = 0;
@@ -57,7 +57,7 @@ struct server_mode {
     std::size_t io_threads = 1;
     std::size_t permits = 0;        ///< tenferro permits; 0: one per core. Inline: ignored (= io_threads)
     std::size_t max_waiters = 4096; ///< queued searches beyond which requests get 503
-    std::size_t max_batch = 64;
+    std::size_t max_batch = 256;
     std::size_t batch_permits = 0;  ///< permits per batch session; 0: all (engine_options::session_permits)
     std::chrono::microseconds max_delay{0};  ///< see engine_options::max_delay
     /// Nice value the compute workers give themselves as they start (Linux:
