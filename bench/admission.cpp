@@ -1,5 +1,5 @@
 // tenferro-bench-admission: the session-entry benchmark of
-// ../shared/spec/bench-protocol.md ("Admission").
+// docs/bench-protocol.md ("Admission").
 //
 //   tenferro-bench-admission [--workload roundtrip|fanin|dot|waiters]
 //                            [--placement compute|caller] [--floor] [--with-floors]

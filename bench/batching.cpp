@@ -1,4 +1,4 @@
-// The batching benchmark of issue 13 (docs/benchmarks.md, "Batching"): the
+// The batching benchmark (docs/benchmarks.md, "Batching"): the
 // embedding-search server of examples/embedding_search/ in-process on a
 // loopback port, one server per batching policy, driven with the HTTP
 // requests the real server gets, the policies side by side in one run:

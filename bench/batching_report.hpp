@@ -1,6 +1,6 @@
 #pragma once
 // What the batching benchmark (bench/batching.cpp) measured, and its outputs:
-// the Markdown tables with the issue-13 targets, and the SVG plot of the
+// the Markdown tables with the batching targets, and the SVG plot of the
 // open-loop sweep (latency against offered load, one line per policy).
 
 #include <chrono>

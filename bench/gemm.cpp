@@ -1,5 +1,5 @@
 // GEMM benchmark: tenferro's kernel (src/kernels/gemm) vs OpenBLAS (cblas_sgemm / cblas_dgemm) and
-// Eigen, side by side in one run (../shared/spec/bench-protocol.md, docs/gemm.md).
+// Eigen, side by side in one run (docs/bench-protocol.md, docs/gemm.md).
 //
 // Square C = A·B, row-major, f32 and f64, n = 256 .. 2048, 1 and 2 threads. Each round times every
 // system once (a batch of calls lasting at least --min-ms) in turn, A B C A B C ...; the figure per
@@ -406,8 +406,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     std::printf("# highway target: %s\n", tenferro::bench::dispatched_highway_target());
-    // L1d 48 KiB / L2 1 MiB / L3 32 MiB (the numbers; any sane values avoid the collapse
-    // that the VM's CPUID-reported 508 MiB L3 causes).
+    // L1d 48 KiB / L2 1 MiB / L3 32 MiB (a current server core; any sane values avoid the collapse that
+    // the VM's CPUID-reported 508 MiB L3 causes).
     Eigen::setCpuCacheSizes(48 * 1024, 1024 * 1024, 32 * 1024 * 1024);
     std::printf("# openblas: %s\n", openblas_get_config());
     std::printf("# OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s\n",

@@ -1,6 +1,6 @@
 // Kernel benchmark (`tenferro-bench-kernels`): tenferro's session operations against STREAM-style
 // floors, plain scalar loops, Eigen and OpenBLAS, side by side in one Google Benchmark run (see
-// ../shared/spec/bench-protocol.md, "Kernels", and docs/benchmarks.md).
+// docs/bench-protocol.md, "Kernels", and docs/benchmarks.md).
 //
 // Every tenferro figure goes through a real session: a `cpu_backend` with 1 permit (or 2 for the
 // `tenferro_p2` rows), `with_backend_session`, and the op called on the `backend_session&`. The

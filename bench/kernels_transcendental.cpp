@@ -1,6 +1,6 @@
 // Transcendental kernels benchmark: Gelem/s of tenferro::kernels exp / tanh / sigmoid (f32) against
 // Eigen's array().exp() / tanh() / 1/(1+exp(-x)) and a scalar std:: loop, side by side in one run
-// (see ../shared/spec/bench-protocol.md and docs/kernels-transcendental.md).
+// (see docs/bench-protocol.md and docs/kernels-transcendental.md).
 //
 // This file is compiled -O3 -march=native, so the Eigen peer and the scalar floor get AVX-512 where the
 // CPU has it. Our kernels live in libtenferro, compiled without -march (Highway dynamic dispatch).

@@ -1,6 +1,6 @@
-// Memory of an entry parked in the admission queue (issue 14: "memory per
-// parked entry"): a coroutine waiting for a permit must hold no heap block more
-// than the same coroutine parked on an Asio timer. The byte figures are
+// Memory of an entry parked in the admission queue: a coroutine waiting for a
+// permit must hold no heap block more than the same coroutine parked on an
+// Asio timer. The byte figures are
 // bench/admission.cpp's (`--workload waiters`); this counts blocks, exactly,
 // in every build without a sanitizer.
 //
@@ -133,9 +133,10 @@ TEST_CASE("A parked entry holds no heap block more than the same coroutine parke
         // initiation frame and the operation, on either side. A block more
         // per entry would be n more; fixed ones and one-in-eight are allowed
         // (other compilers and Asio versions recycle differently). Bytes:
-        // admission's own share is ~160 B per entry (issue 14's target, met
-        // with GCC 12 at 160 B); the bound leaves room for other compilers
-        // and Asio versions and still catches a frame more (~400 B).
+        // admission's own share is ~160 B per entry (the target of
+        // docs/bench-protocol.md; 160 B with GCC 12); the bound leaves room for
+        // other compilers and Asio versions and still catches a frame more
+        // (~400 B).
         if (TENFERRO_MALLOC_INTERPOSED) {
             // The count works: each timer park alone needs its coroutine's
             // frame and co_spawn's (were the interposition bypassed, both

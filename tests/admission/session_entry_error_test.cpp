@@ -58,8 +58,8 @@ TEST_CASE("session_result holds values, void and move-only types beside the erro
 
 TEST_CASE("session_entry_error is two words; copies share its texts, which outlive the original") {
     // Every session_result<T> carries room for one, in each entry's operation
-    // state and in each awaiting coroutine's frame (issue 14: memory per
-    // parked entry), so it stays two words.
+    // state and in each awaiting coroutine's frame (the memory of a parked
+    // entry), so it stays two words.
     static_assert(sizeof(session_entry_error) <= 2 * sizeof(void*));
     static_assert(std::is_nothrow_copy_constructible_v<session_entry_error>);
     static_assert(std::is_nothrow_move_constructible_v<session_entry_error>);

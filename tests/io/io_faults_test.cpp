@@ -1,4 +1,4 @@
-// The I/O fault loop (issue 34): every fault of the engines' fault shim
+// The I/O fault loop (docs/testing.md, "I/O faults"): every fault of the engines' fault shim
 // (src/io/io_testing.hpp) at every boundary call in turn, for a read, a write over
 // an existing file and a write to a new path (both with O_TMPFILE and with a named
 // temporary), on the engine the process picks; tests/io/meson.build runs it again
@@ -438,7 +438,7 @@ std::uint64_t first_call(fixture& f, const scenario& s, io_call c, std::uint64_t
 
 TEST_CASE("io faults: a step completing with -EINTR is issued again, not failed") {
     // io_uring completions carry -EINTR as the step's result (the pool engine
-    // retries its syscalls itself); every single step used to fail with EINTR.
+    // retries its syscalls itself): the engine issues the step again.
     fixture f;
     for (const scenario& s : scenarios) {
         for (io_call c : {io_call::open, io_call::stat, io_call::fsync, io_call::link, io_call::rename}) {
@@ -453,9 +453,10 @@ TEST_CASE("io faults: a step completing with -EINTR is issued again, not failed"
 
 TEST_CASE("io faults: a refused io_uring submission with nothing else in flight still completes") {
     // The first request of an operation, submitted from the initiating thread while
-    // the reaper sleeps with nothing in flight: refused once, it used to stay queued
-    // for ever (the operation never completed). And a request the reaper submits,
-    // refused twice: the reaper used to go to sleep with it still queued.
+    // the reaper sleeps with nothing in flight, refused once: it must not stay
+    // queued for ever (the operation would never complete). And a request the
+    // reaper submits, refused twice: the reaper must not go to sleep with it
+    // still queued.
     fixture f;
     for (io_fault fault : {io_fault::submit_eagain, io_fault::submit_ebusy}) {
         for (const scenario& s : {scenarios[0], scenarios[2]}) {

@@ -1,6 +1,6 @@
 // The async-mutex suites of cppcoro (test/async_mutex_tests.cpp) and
 // libunifex (test/async_mutex_v1_test.cpp, test/async_mutex_v2_test.cpp),
-// ported to cpu_backend (issue 11, item 4).
+// ported to cpu_backend.
 //
 // The mapping: the mutex is a host of one permit; `async_lock()` ... `unlock()`
 // is an entry whose body is the critical section (`peer::holder`, or a local

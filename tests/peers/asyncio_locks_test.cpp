@@ -1,5 +1,5 @@
 // CPython's Lib/test/test_asyncio/test_locks.py (LockTests and
-// SemaphoreTests), ported to cpu_backend (issue 11, item 4), including the
+// SemaphoreTests), ported to cpu_backend, including the
 // regression tests of bpo-32734 (a cancelled waiter and a release in the same
 // step let two tasks in), bpo-45997 (FIFO order after re-acquiring) and
 // gh-90155 (fairness: cancelled waiters, wake-ups lost or doubled).

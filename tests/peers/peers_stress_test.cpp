@@ -1,6 +1,6 @@
 // tokio's loom model tests of its batch semaphore
 // (tokio/src/sync/tests/loom_semaphore_batch.rs), ported as real-thread
-// stress tests of cpu_backend (issue 11, item 4). loom explores every
+// stress tests of cpu_backend. loom explores every
 // interleaving of a small model; we cannot, so each scenario is repeated
 // many times on real threads (each with its own io_context, the way a
 // server's I/O threads are), and its invariants are checked on every round.

@@ -1,5 +1,4 @@
-// Seastar's tests/unit/semaphore_test.cc, ported to cpu_backend (issue 11,
-// item 4).
+// Seastar's tests/unit/semaphore_test.cc, ported to cpu_backend.
 //
 // The mapping: `semaphore(n)` is `cpu_backend({.permits = n})`; `wait(k)` /
 // `with_semaphore(sem, k, f)` / `get_units(sem, k)` is an entry of k permits

@@ -1,4 +1,4 @@
-// tokio's semaphore suites, ported to cpu_backend (issue 11, item 4):
+// tokio's semaphore suites, ported to cpu_backend:
 // tokio/tests/sync_semaphore.rs, tokio/tests/sync_semaphore_owned.rs and
 // tokio/src/sync/tests/semaphore_batch.rs. (loom_semaphore_batch.rs is ported
 // as a real-thread stress test in peers_stress_test.cpp.)

@@ -1,5 +1,5 @@
 #pragma once
-// The deterministic simulation's scheduler (issue 34, section 3): one
+// The deterministic simulation's scheduler (docs/testing.md): one
 // execution context that owns every handler posted, deferred or dispatched to
 // any of its executors, and runs them one per step, chosen by a `chooser`
 // (a seeded PRNG, a depth-first search over the choice points, or a replayed

@@ -23,16 +23,15 @@
 #include <catch2/catch.hpp>
 #include "test_asio.hpp"
 
+#include "entry_helpers.hpp"
 #include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
 namespace tenferro::peer {
 
-/// Options of a caller-placed FIFO entry of `k` permits.
-inline constexpr session_options on_caller(std::size_t k = 1) { return {k, wait_policy::fifo, placement::caller}; }
-/// Options of a caller-placed try-entry (`wait_policy::never`) of `k` permits.
-inline constexpr session_options try_on_caller(std::size_t k = 1) { return {k, wait_policy::never, placement::caller}; }
+using tenferro::test::on_caller;
+using tenferro::test::try_on_caller;
 
 /// co_spawn that rethrows a coroutine's escaping exception out of run()/poll().
 using tenferro::test::spawn;

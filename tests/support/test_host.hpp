@@ -1,5 +1,5 @@
 #pragma once
-// The host the admission tests run against (issue 12): the same deterministic,
+// The host the admission tests run against: the same deterministic,
 // stress and peer scenarios run through `cpu_backend` (the default) and, built
 // with TENFERRO_TEST_GENERIC_HOST defined, through `session_host<B>` over a
 // backend that is not the CPU's (`device_backend` below). Every admission rule

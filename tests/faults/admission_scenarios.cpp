@@ -1,0 +1,417 @@
+// The allocation-failure scenarios of the admission layer: entries of every
+// completion token and placement, entries that wait, are cancelled, shut
+// down or refused, scopes, a custom backend whose open_session allocates,
+// batcher submits, and a poisoned host.
+
+#include "fault_scenario.hpp"
+
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <tenferro/tenferro.hpp>
+
+#include "fault_loop.hpp"
+#include "test_asio.hpp"
+
+namespace tenferro::test::faults {
+namespace {
+
+scenario entry_callback(placement where, bool bound) {
+    return {std::string("entry/") + (bound ? "io-callback/" : "plain-callback/") + placement_name(where),
+            [where, bound](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                if (!bound) create_system_context();
+                arm(c);
+                try {
+                    if (bound)
+                        cpu.with_backend_session(opts(where), the_body, io_handler(io, p));
+                    else
+                        cpu.with_backend_session(
+                            opts(where), the_body,
+                            [&p](std::exception_ptr e, session_result<int> r) { p.record(e, r, true); });
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+enum class await_kind { plain, as_tuple, queued, async_body };
+
+/// `co_await` with the default token (use_awaitable), or as_tuple of it; the
+/// entry admitted at once or queued behind a holder; a synchronous or an
+/// asynchronous body. The initiation must not throw (Asio runs it inside a
+/// noexcept await_suspend): a failure arrives at the co_await.
+scenario entry_awaited(placement where, await_kind kind) {
+    const char* kinds[] = {"default", "as_tuple", "queued", "async-body"};
+    return {std::string("entry/awaitable-") + kinds[static_cast<int>(kind)] + "/" + placement_name(where),
+            [where, kind](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                std::atomic<bool> release{false}, held{false};
+                if (kind == await_kind::queued) hold(io, cpu, 2, release, v, held);
+                asio::co_spawn(
+                    io,
+                    [&]() -> asio::awaitable<void> {
+                        arm(c);
+                        try {
+                            const bool mine = true;
+                            if (kind == await_kind::as_tuple) {
+                                auto [e, r] = co_await cpu.with_backend_session(
+                                    opts(where), the_body, tenferro::test::as_tuple(asio::use_awaitable));
+                                p.record(e, r, io.get_executor().running_in_this_thread() && mine);
+                            } else if (kind == await_kind::async_body) {
+                                session_result<int> r = co_await cpu.with_backend_session(
+                                    opts(where), [](backend_session& s) -> asio::awaitable<int> {
+                                        co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                                        co_return static_cast<int>(s.parallelism()) + 41;
+                                    });
+                                p.record(nullptr, r, io.get_executor().running_in_this_thread());
+                            } else {
+                                session_result<int> r = co_await cpu.with_backend_session(opts(where), the_body);
+                                p.record(nullptr, r, io.get_executor().running_in_this_thread());
+                            }
+                        } catch (...) {
+                            p.record_exception();  // delivered at the co_await: allowed
+                        }
+                    },
+                    asio::detached);
+                if (kind == await_kind::queued) {
+                    // Let the entry park, then release the holder.
+                    drive(
+                        io, v, [&] { return cpu.stats().waiting == 1 || p.completions.load() > 0; }, 2s);
+                }
+                release = true;
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+/// use_future: the outcome is taken from the future on this thread.
+scenario entry_future(placement where) {
+    return {std::string("entry/future/") + placement_name(where),
+            [where](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                create_system_context();
+                arm(c);
+                std::optional<std::future<session_result<int>>> f;
+                try {
+                    f.emplace(cpu.with_backend_session(opts(where), the_body, asio::use_future));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                if (f) {
+                    if (f->wait_for(10s) != std::future_status::ready) {
+                        v.fail("use_future: the future is not ready after 10 s");
+                    } else {
+                        try {
+                            p.record(nullptr, f->get(), true);
+                        } catch (...) {
+                            p.record_exception();
+                        }
+                    }
+                }
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+/// deferred: the operation is launched later with a bound callback.
+scenario entry_deferred(placement where) {
+    return {std::string("entry/deferred/") + placement_name(where),
+            [where](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                arm(c);
+                try {
+                    auto op = cpu.with_backend_session(opts(where), the_body, tenferro::test::deferred);
+                    std::move(op)(io_handler(io, p));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+enum class wait_kind { queued, weighted, cancelled, shutdown };
+
+/// An entry that waits: behind a holder of every permit (queued), asking two
+/// permits behind a holder of one (weighted), cancelled while it waits, or
+/// drained by shutdown() while the fault is armed.
+scenario entry_waiting(wait_kind kind) {
+    const char* kinds[] = {"queued", "weighted", "cancelled", "shutdown"};
+    return {std::string("entry/") + kinds[static_cast<int>(kind)],
+            [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                std::atomic<bool> release{false}, held{false};
+                hold(io, cpu, kind == wait_kind::weighted ? 1 : 2, release, v, held);
+                asio::cancellation_signal cancel;
+                arm(c);
+                try {
+                    const std::size_t permits = kind == wait_kind::weighted ? 2 : 1;
+                    p.expected_value = static_cast<int>(permits) + 41;
+                    cpu.with_backend_session(opts(placement::compute, permits), the_body,
+                                             asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p)));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                if (kind == wait_kind::cancelled) cancel.emit(asio::cancellation_type::terminal);
+                if (kind == wait_kind::shutdown) cpu.shutdown();
+                release = true;
+                return finish(io, cpu, p, v, injected, 1, kind != wait_kind::shutdown);
+            }};
+}
+
+/// with_backend_session_cached while another session holds the cache: the
+/// entry is rejected with `contended` before it queues.
+scenario entry_cached_busy() {
+    return {"entry/cached-busy", [](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                cpu_runtime_cache cache;
+                probe p;
+                std::atomic<bool> release{false}, held{false};
+                cpu.with_backend_session_cached(
+                    cache,
+                    [&](backend_session&) {
+                        held = true;
+                        while (!release.load()) std::this_thread::sleep_for(50us);
+                        return 0;
+                    },
+                    asio::bind_executor(io, [](std::exception_ptr, session_result<int>) {}));
+                if (!drive(
+                        io, v, [&] { return held.load(); }, 5s))
+                    v.fail("set-up: the cached holder did not start");
+                arm(c);
+                try {
+                    cpu.with_backend_session_cached(cache, the_body, io_handler(io, p));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                release = true;
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+/// An execution scope whose body enters a session (reusing the scope's
+/// permit) and then one asking two permits (rejected: incompatible_context);
+/// with a bound callback, or awaited.
+scenario scope_with_sessions(bool awaited) {
+    return {std::string("scope/inner-sessions/") + (awaited ? "awaitable" : "io-callback"),
+            [awaited](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                auto body = [&cpu](execution_scope&) -> asio::awaitable<int> {
+                    session_result<int> first = co_await cpu.with_backend_session(the_body);
+                    session_result<int> second = co_await cpu.with_backend_session(session_options{2}, the_body);
+                    const bool rejected = !second && second.error().code() == session_entry_errc::incompatible_context;
+                    co_return (first ? *first : 0) + (rejected ? 0 : 1000);
+                };
+                if (awaited) {
+                    asio::co_spawn(
+                        io,
+                        [&]() -> asio::awaitable<void> {
+                            arm(c);
+                            try {
+                                session_result<int> r = co_await cpu.with_execution_scope(body);
+                                p.record(nullptr, r, io.get_executor().running_in_this_thread());
+                            } catch (...) {
+                                p.record_exception();
+                            }
+                        },
+                        asio::detached);
+                } else {
+                    arm(c);
+                    try {
+                        cpu.with_execution_scope(body, io_handler(io, p));
+                    } catch (const std::bad_alloc&) {
+                        p.initiation_threw = true;
+                    }
+                }
+                return finish(io, cpu, p, v, injected);
+            }};
+}
+
+// A backend whose open_session allocates (a vector and a string per session).
+struct allocating_session {
+    std::vector<int> scratch;
+    std::string label;
+    std::size_t permits;
+    std::size_t parallelism() const noexcept { return permits; }
+};
+struct allocating_backend {
+    using session_type = allocating_session;
+    std::string_view name() const noexcept { return "allocating"; }
+    allocating_session open_session(const session_grant& g) {
+        return {std::vector<int>(64, 1), std::string(100, 'x'), g.permits};
+    }
+};
+
+scenario custom_backend(placement where) {
+    return {std::string("custom/open-allocates/") + placement_name(where),
+            [where](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                session_host<allocating_backend> host({.permits = 2});
+                probe p;
+                arm(c);
+                try {
+                    host.with_backend_session(opts(where), the_body, io_handler(io, p));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                return finish(io, host, p, v, injected);
+            }};
+}
+
+enum class batch_kind { sync, async, delayed, cancel, destroyed };
+
+/// Three items submitted to a batcher: synchronous or asynchronous body, a
+/// timer policy (max_delay), one item cancelled, or the batcher destroyed
+/// right after the submits.
+scenario batcher_submit(batch_kind kind) {
+    const char* kinds[] = {"sync", "async", "delayed", "cancel", "destroyed"};
+    return {std::string("batcher/") + kinds[static_cast<int>(kind)],
+            [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                p.expected_value = probe::unchecked;  // checked per item below
+                std::atomic<int> wrong{0};
+                batch_options options{.max_batch = 4};
+                if (kind == batch_kind::delayed) options.max_delay = 1ms;
+                using batcher_t = batcher<cpu_backend, int, int>;
+                std::unique_ptr<batcher_t> b;
+                if (kind == batch_kind::async) {
+                    b = std::make_unique<batcher_t>(
+                        cpu, options, [](backend_session&, std::span<int> items) -> asio::awaitable<std::vector<int>> {
+                            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                            co_return std::vector<int>(items.begin(), items.end());
+                        });
+                } else {
+                    b = std::make_unique<batcher_t>(cpu, options, [](backend_session&, std::span<int> items) {
+                        return std::vector<int>(items.begin(), items.end());
+                    });
+                }
+                asio::cancellation_signal cancel;
+                int submitted = 0;
+                arm(c);
+                try {
+                    for (int i = 1; i <= 3; ++i) {
+                        auto handler = asio::bind_executor(io, [&, i](std::exception_ptr e, session_result<int> r) {
+                            if (!e && r && *r != i) wrong.fetch_add(1);
+                            p.record(e, r, io.get_executor().running_in_this_thread());
+                        });
+                        if (kind == batch_kind::cancel && i == 3)
+                            b->submit(i, asio::bind_cancellation_slot(cancel.slot(), std::move(handler)));
+                        else
+                            b->submit(i, std::move(handler));
+                        ++submitted;
+                    }
+                } catch (const std::bad_alloc&) {
+                    // An item whose submit threw was not queued; the earlier ones complete.
+                }
+                if (kind == batch_kind::cancel) cancel.emit(asio::cancellation_type::terminal);
+                if (kind == batch_kind::destroyed) b.reset();
+                const std::uint64_t events = finish(io, cpu, p, v, injected, submitted);
+                if (wrong.load() != 0) v.fail("%d batch item(s) got another item's result", wrong.load());
+                if (b) {
+                    const batch_stats s = b->stats();
+                    if (s.submitted != s.completed + s.cancelled + s.rejected || s.waiting != 0)
+                        v.fail(
+                            "batcher not quiescent: submitted %llu, completed %llu, cancelled %llu, rejected "
+                            "%llu, waiting %zu",
+                            static_cast<unsigned long long>(s.submitted), static_cast<unsigned long long>(s.completed),
+                            static_cast<unsigned long long>(s.cancelled), static_cast<unsigned long long>(s.rejected),
+                            s.waiting);
+                }
+                return events;
+            }};
+}
+
+/// An observer whose on_admitted throws while the fault is armed: the host
+/// is poisoned (S11) while memory fails; the entry still completes once and
+/// the permits come back.
+struct throwing_observer final : admission_observer {
+    std::atomic<bool> armed{false};
+    void on_admitted(std::size_t) override {
+        if (armed.load()) throw std::runtime_error("observer");
+    }
+};
+
+scenario entry_poisoned() {
+    return {"entry/poisoned", [](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                auto observer = std::make_shared<throwing_observer>();
+                cpu_backend cpu({.permits = 2, .observer = observer});
+                probe p;
+                observer->armed = true;
+                arm(c);
+                try {
+                    cpu.with_backend_session(the_body, io_handler(io, p));
+                } catch (const std::bad_alloc&) {
+                    p.initiation_threw = true;
+                }
+                return finish(io, cpu, p, v, injected, 1, /*expect_usable=*/false);
+            }};
+}
+
+}  // namespace
+
+std::vector<scenario> admission_scenarios() {
+    std::vector<scenario> s;
+    auto with_asio_internal = [](scenario sc) {
+        sc.asio_internal = true;
+        return sc;
+    };
+    for (placement where : {placement::compute, placement::caller}) {
+        s.push_back(entry_callback(where, true));
+        s.push_back(entry_callback(where, false));
+        for (await_kind k : {await_kind::plain, await_kind::as_tuple, await_kind::queued})
+            s.push_back(entry_awaited(where, k));
+        s.push_back(with_asio_internal(entry_awaited(where, await_kind::async_body)));
+        s.push_back(with_asio_internal(entry_future(where)));
+        s.push_back(entry_deferred(where));
+        s.push_back(custom_backend(where));
+    }
+    for (wait_kind k : {wait_kind::queued, wait_kind::weighted, wait_kind::cancelled, wait_kind::shutdown})
+        s.push_back(entry_waiting(k));
+    s.push_back(entry_cached_busy());
+    s.push_back(entry_poisoned());
+    s.push_back(with_asio_internal(scope_with_sessions(false)));
+    s.push_back(with_asio_internal(scope_with_sessions(true)));
+    for (batch_kind k : {batch_kind::sync, batch_kind::delayed, batch_kind::cancel, batch_kind::destroyed})
+        s.push_back(batcher_submit(k));
+    s.push_back(with_asio_internal(batcher_submit(batch_kind::async)));
+    return s;
+}
+
+}  // namespace tenferro::test::faults

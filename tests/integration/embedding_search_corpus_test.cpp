@@ -1,0 +1,322 @@
+// The embedding-search corpus and the tenferro-search binary: corpora saved
+// and loaded as .npy, normalised or refused on load naming the file, row and
+// column; the binary serving, draining on SIGTERM and refusing bad flags
+// (TENFERRO_SEARCH_BINARY names it).
+#include "http_server.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <simdjson.h>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
+#include <tenferro/io.hpp>
+#include <tenferro/tenferro.hpp>
+
+#include "corpus.hpp"
+#include "http_client.hpp"
+#include "json_writer.hpp"
+#include "run_blocking.hpp"
+#include "search_engine.hpp"
+
+#include "../support/embedding_search_fixture.hpp"
+
+namespace tf = tenferro;
+using namespace embedding_search;
+using namespace std::chrono_literals;
+using namespace embedding_search::testing;
+
+TEST_CASE("a generated corpus saved as .npy reads back bit for bit and serves the same results", "[embedding_search]") {
+    temp_dir dir;
+    const std::string file = (dir.path / "corpus.npy").string();
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+
+    corpus_source generate;
+    generate.generate = true;
+    generate.rows = 1500;
+    generate.dim = 20;
+    generate.seed = 99;
+    generate.path = file;
+    corpus_origin made;
+    const tf::tensor generated = run_blocking(obtain_corpus(cpu, generate, &made));
+    CHECK(made.generated);
+    CHECK(made.written);
+    CHECK(made.note.empty());
+    REQUIRE(std::filesystem::exists(file));
+
+    corpus_source read;
+    read.path = file;
+    corpus_origin loaded;
+    const tf::tensor back = run_blocking(obtain_corpus(cpu, read, &loaded));
+    CHECK_FALSE(loaded.generated);
+    REQUIRE(back.type() == tf::dtype::f32);
+    REQUIRE(back.shape()[0] == 1500);
+    REQUIRE(back.shape()[1] == 20);
+    CHECK(std::memcmp(back.data<float>(), generated.data<float>(), 1500 * 20 * sizeof(float)) == 0);
+
+    // The same seed gives the same bytes, file or not.
+    const tf::tensor again = run_blocking(generate_corpus(cpu, 1500, 20, 99));
+    CHECK(std::memcmp(again.data<float>(), generated.data<float>(), 1500 * 20 * sizeof(float)) == 0);
+}
+
+TEST_CASE("a corpus file is normalised on load; bad files are refused naming the file", "[embedding_search]") {
+    temp_dir dir;
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+    const auto write = [&](const std::string& name, const tf::tensor& t) {
+        const std::string path = (dir.path / name).string();
+        const auto save = [&]() -> asio::awaitable<void> {
+            const auto executor = co_await asio::this_coro::executor;
+            co_await tf::async_write_npy(executor, path, t);
+        };
+        run_blocking(save());
+        return path;
+    };
+
+    SECTION("rows of any length become unit rows") {
+        corpus_source read;
+        read.path = write("raw.npy", tf::tensor::from<float>({3, 4, 0, 0, 0, 0, 0, 2}, {4, 2}));
+        const tf::tensor c = run_blocking(obtain_corpus(cpu, read));
+        const float* d = c.data<float>();
+        CHECK(d[0] == Approx(0.6f));
+        CHECK(d[1] == Approx(0.8f));
+        CHECK(d[2] == 0.0f);  // a zero row stays zero
+        CHECK(d[3] == 0.0f);
+        CHECK(d[6] == 0.0f);
+        CHECK(d[7] == 1.0f);
+    }
+    SECTION("wrong dtype or rank") {
+        for (const std::string& path : {write("f64.npy", tf::tensor::zeros(tf::dtype::f64, {3, 2})),
+                                        write("rank1.npy", tf::tensor::zeros(tf::dtype::f32, {6}))}) {
+            corpus_source read;
+            read.path = path;
+            try {
+                run_blocking(obtain_corpus(cpu, read));
+                FAIL("accepted " << path);
+            } catch (const std::runtime_error& e) {
+                CHECK_THAT(e.what(), Catch::Contains(path));
+            }
+        }
+    }
+    SECTION("missing or not .npy") {
+        corpus_source missing;
+        missing.path = (dir.path / "nope.npy").string();
+        CHECK_THROWS_WITH(run_blocking(obtain_corpus(cpu, missing)), Catch::Contains("nope.npy"));
+        const std::string junk = (dir.path / "junk.npy").string();
+        std::FILE* f = std::fopen(junk.c_str(), "wb");
+        REQUIRE(f);
+        std::fputs("this is not a numpy file", f);
+        std::fclose(f);
+        corpus_source bad;
+        bad.path = junk;
+        CHECK_THROWS_WITH(run_blocking(obtain_corpus(cpu, bad)), Catch::Contains("junk.npy"));
+    }
+}
+
+TEST_CASE("the tenferro-search binary serves, then exits 0 on SIGTERM", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    temp_dir dir;
+    const std::string corpus_file = (dir.path / "served.npy").string();
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], STDOUT_FILENO);
+        close(out[0]);
+        close(out[1]);
+        execl(binary, binary, "--generate", "2000", "16", "--corpus", corpus_file.c_str(), "--port", "0", "--permits",
+              "1", static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    close(out[1]);
+    // "tenferro-search: listening on http://127.0.0.1:PORT (...)"
+    std::string line;
+    char ch;
+    while (line.find('\n') == std::string::npos && read(out[0], &ch, 1) == 1) line += ch;
+    close(out[0]);
+    const auto at = line.find("127.0.0.1:");
+    REQUIRE(at != std::string::npos);
+    const auto port = static_cast<std::uint16_t>(std::stoi(line.substr(at + 10)));
+
+    std::vector<float> q(16, 0.25f);
+    const http_reply r = run_blocking(server_fixture::roundtrip(port, search_request(q, 4)));
+    CHECK(r.status == 200);
+    CHECK(hits_of(r.body).size() == 4);
+
+    REQUIRE(kill(pid, SIGTERM) == 0);
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    if (done == 0) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    REQUIRE(done == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    // --generate with --corpus saved the corpus: 2000 x 16 f32 after numpy's 128-byte header.
+    CHECK(std::filesystem::file_size(corpus_file) == 128 + 2000 * 16 * 4);
+}
+
+TEST_CASE("a corpus with inf or NaN is refused at load, naming the first bad row and column", "[embedding_search]") {
+    temp_dir dir;
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2});
+    struct bad_corpus {
+        const char* name;
+        std::int64_t row, column;
+        float value;
+        const char* shown;
+    };
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const bad_corpus& c :
+         {bad_corpus{"nan.npy", 1500, 3, std::numeric_limits<float>::quiet_NaN(), "NaN"},
+          bad_corpus{"inf.npy", 2, 0, inf, "inf"}, bad_corpus{"ninf.npy", 4999, 7, -inf, "-inf"}}) {
+        INFO(c.name);
+        // 5000 rows: more than one parallel_for block, with a second bad value
+        // later in the file that must not be the one reported.
+        std::vector<float> values(5000 * 8, 0.5f);
+        values[std::size_t(c.row * 8 + c.column)] = c.value;
+        if (c.row < 4000) values[4000 * 8 + 1] = std::numeric_limits<float>::quiet_NaN();
+        const std::string path = (dir.path / c.name).string();
+        const tf::tensor t = tf::tensor::from<float>(values, {5000, 8});
+        const auto save = [&]() -> asio::awaitable<void> {
+            const auto executor = co_await asio::this_coro::executor;
+            co_await tf::async_write_npy(executor, path, t);
+        };
+        run_blocking(save());
+        corpus_source read;
+        read.path = path;
+        try {
+            run_blocking(obtain_corpus(cpu, read));
+            FAIL("accepted " << c.name);
+        } catch (const std::runtime_error& e) {
+            const std::string what = e.what();
+            CHECK_THAT(what, Catch::Contains(path));
+            CHECK_THAT(what, Catch::Contains("row " + std::to_string(c.row) + ", column " + std::to_string(c.column) +
+                                             " is " + c.shown + ";"));
+        }
+    }
+}
+
+namespace {
+
+struct process_result {
+    int exit_code = -1;  ///< -1: did not exit in time (killed)
+    std::string err;     ///< what it wrote to stderr
+};
+
+/// Runs the tenferro-search binary with `args`, for at most `limit`.
+process_result run_search_binary(const char* binary, const std::vector<std::string>& args,
+                                 std::chrono::milliseconds limit = 10s) {
+    temp_dir dir;
+    const std::string err_file = (dir.path / "stderr").string();
+    const pid_t pid = fork();
+    if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+    if (pid == 0) {
+        std::FILE* err = std::freopen(err_file.c_str(), "w", stderr);
+        std::FILE* out = std::freopen("/dev/null", "w", stdout);
+        if (!err || !out) _exit(126);
+        std::vector<char*> argv{const_cast<char*>(binary)};
+        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        execv(binary, argv.data());
+        _exit(127);
+    }
+    process_result result;
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    } else if (WIFEXITED(status)) {
+        result.exit_code = WEXITSTATUS(status);
+    }
+    if (std::FILE* f = std::fopen(err_file.c_str(), "r")) {
+        char buf[4096];
+        std::size_t n = 0;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) result.err.append(buf, n);
+        std::fclose(f);
+    }
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what is accepted", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    struct flag_case {
+        std::vector<std::string> args;
+        std::string expected;  // in the message on stderr
+    };
+    // Each would otherwise start a server (bounded by the 10 s limit below):
+    // a small generated corpus on an ephemeral port.
+    const std::vector<std::string> base = {"--generate", "50", "4", "--port", "0"};
+    const std::vector<flag_case> cases = {
+        {{"--max-k", "-5"}, "--max-k: Value -5 not in range 1 to"},
+        {{"--max-k", "0"}, "--max-k: Value 0 not in range 1 to"},
+        {{"--host", "not-an-ip"}, "'not-an-ip' is not an IP address; give an IPv4 or IPv6 address"},
+        {{"--port", "70000"}, "--port"},
+        {{"--batch", "0"}, "--batch: Value 0 not in range 1 to 4096"},
+        {{"--batch-delay-us", "-1"}, "--batch-delay-us: Value -1 not in range 0 to 10000000"},
+        {{"--io-threads", "0"}, "--io-threads: Value 0 not in range 1 to 1024"},
+        {{"--max-body", "0"}, "--max-body: Value 0 not in range 1 to"},
+        {{"--compute-nice", "40"}, "--compute-nice: Value 40 not in range 0 to 19"},
+        {{"--request-timeout", "nan"}, "'nan' is not a number of seconds from 0.001 to 86400"},
+        {{"--idle-timeout", "-1"}, "'-1' is not a number of seconds"},
+        {{"--drain-timeout", "1e300"}, "'1e300' is not a number of seconds"},
+    };
+    for (const flag_case& c : cases) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), c.args.begin(), c.args.end());
+        INFO(c.args[0] << " " << c.args[1]);
+        const process_result r = run_search_binary(binary, args);
+        INFO(r.err);
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains(c.expected));
+    }
+    // A corpus that cannot fit: said in those words, not "std::bad_alloc".
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--generate", "100000000000", "128", "--port", "0"},
+          std::vector<std::string>{"--generate", "9223372036854775807", "9223372036854775807", "--port", "0"}}) {
+        INFO(args[1]);
+        const process_result r = run_search_binary(binary, args);
+        INFO(r.err);
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains("--generate " + args[1] + " x " + args[2] + ": the corpus"));
+        CHECK_THAT(r.err, !Catch::Contains("bad_alloc"));
+    }
+    {
+        const process_result r = run_search_binary(binary, {"--generate", "0", "4", "--port", "0"});
+        CHECK(r.exit_code > 0);
+        CHECK_THAT(r.err, Catch::Contains("--generate: Value 0 not in range 1 to"));
+    }
+}
