@@ -9,7 +9,7 @@
 #include "tenferro/detail/entry_awaitable.hpp"
 #include "tenferro/detail/entry_op.hpp"
 
-#include "admission/fast_tls.hpp"
+#include "async/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {
@@ -33,18 +33,13 @@ struct initiation_scope {
     const entry_base* previous;
 };
 
-// The one function type every inline completion is posted as; owns `c`
-// until it runs (destroyed unrun, it discards `c`).
-struct inline_completion_runner {
-    inline_completion* c;
-    explicit inline_completion_runner(inline_completion* p) noexcept : c(p) {}
-    inline_completion_runner(inline_completion_runner&& other) noexcept : c(std::exchange(other.c, nullptr)) {}
-    inline_completion_runner& operator=(inline_completion_runner&&) = delete;
-    ~inline_completion_runner() {
-        if (c != nullptr) c->discard();
-    }
-    void operator()() { std::exchange(c, nullptr)->invoke(); }
+// The one function type every inline completion is posted as; owns its
+// completion until it runs (destroyed unrun, it discards it).
+struct inline_completion_policy {
+    static void run(inline_completion& c) { c.invoke(); }
+    static void drop(inline_completion& c) noexcept { c.discard(); }
 };
+using inline_completion_runner = op_function<inline_completion, inline_completion_policy>;
 
 std::string_view permits_word(std::size_t n) noexcept { return n == 1 ? " permit" : " permits"; }
 
@@ -68,8 +63,6 @@ std::string compose_detail(std::initializer_list<detail_piece> pieces) noexcept 
     return out;
 }
 
-void ensure_system_context() { (void)asio::query(asio::system_executor(), asio::execution::context); }
-
 namespace {
 /// Posts `c`; false when that failed for want of memory (`c` not consumed).
 bool try_post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept {
@@ -78,9 +71,7 @@ bool try_post_inline_completion(const asio::io_context::executor_type& io, inlin
         hand_off_unguarded(io, std::move(runner), /*may_dispatch=*/false);
         return true;
     } catch (const std::bad_alloc&) {
-        if (runner.c == nullptr) return true;  // the executor took it
-        runner.c = nullptr;
-        return false;
+        return runner.release() == nullptr;  // (null: the executor took it)
     } catch (...) {
         return true;  // refused: the runner's destructor discarded it
     }
@@ -204,12 +195,17 @@ void entry_base::discard_error() noexcept {
     if (error_texts_ != nullptr) (void)take_error();
 }
 
+bool entry_base::retry_parked(permit_waiter& w) noexcept {
+    auto& self = static_cast<entry_base&>(w);
+    return self.retry_handoff(self.parked_);
+}
+
 void entry_base::retry_later(parked_handoff what) noexcept {
+    // Parked through its queue node, whose links are free: an entry parks
+    // only once it is out of the queue (granted, or rejected).
+    static constinit retry_lane<permit_waiter, &permit_waiter::next_, &entry_base::retry_parked> parked_entries;
     parked_ = what;
-    retry_waiter_later(*this, [](permit_waiter& w) noexcept {
-        auto& self = static_cast<entry_base&>(w);
-        return self.retry_handoff(self.parked_);
-    });
+    parked_entries.park(*this);
 }
 
 void entry_base::reject(session_entry_errc code, std::string_view detail) noexcept {

@@ -71,58 +71,28 @@ void permit_queue::grant_locked(permit_waiter& w, bool ready, bool listed) noexc
         unstarted_.fetch_add(1, std::memory_order_relaxed);
         w.handoff_listed_ = listed;
         w.handoff_ready_ = ready;
-        if (!listed) return;
-        w.handoff_next_ = nullptr;
-        w.handoff_prev_ = handoff_tail_;
-        if (handoff_tail_ != nullptr)
-            handoff_tail_->handoff_next_ = &w;
-        else
-            handoff_head_ = &w;
-        handoff_tail_ = &w;
+        if (listed) handoffs_.push_back(w);
     }
-}
-
-void permit_queue::unlink_handoff_locked(permit_waiter& w) noexcept {
-    if (w.handoff_prev_ != nullptr)
-        w.handoff_prev_->handoff_next_ = w.handoff_next_;
-    else
-        handoff_head_ = w.handoff_next_;
-    if (w.handoff_next_ != nullptr)
-        w.handoff_next_->handoff_prev_ = w.handoff_prev_;
-    else
-        handoff_tail_ = w.handoff_prev_;
-    w.handoff_prev_ = w.handoff_next_ = nullptr;
-    w.handoff_listed_ = false;
 }
 
 permit_waiter* permit_queue::take_ready_handoffs_locked() noexcept {
-    // Unlinks the ready prefix of the hand-off list and returns it as a chain.
-    permit_waiter* first = handoff_head_;
-    permit_waiter* last = nullptr;
-    for (permit_waiter* w = handoff_head_; w != nullptr && w->handoff_ready_; w = w->handoff_next_) {
-        w->handoff_listed_ = false;
-        last = w;
-    }
-    if (last == nullptr) return nullptr;
-    handoff_head_ = last->handoff_next_;
-    if (handoff_head_ != nullptr)
-        handoff_head_->handoff_prev_ = nullptr;
-    else
-        handoff_tail_ = nullptr;
-    last->handoff_next_ = nullptr;
-    first->handoff_prev_ = nullptr;
-    return first;
+    // Unlinks the ready prefix of the hand-off list and returns it as a chain
+    // (through handoff_next_, null-terminated).
+    auto ready = handoffs_.take_front_while([](const permit_waiter& w) { return w.handoff_ready_; });
+    for (permit_waiter* w = ready.front(); w != nullptr; w = w->handoff_next_) w->handoff_listed_ = false;
+    return ready.front();
 }
 
 permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_candidate, bool& took_alone) {
     std::lock_guard lock(mutex_);
     w.handoff_ready_ = true;
     took_alone = false;
-    if (inline_candidate && handoff_head_ == &w) {
+    if (inline_candidate && handoffs_.front() == &w) {
         // Admitted at once with nothing unstarted before it: it may start
         // inline, and the thread that starts it does not take the hand-off
         // role meanwhile (others may hand off grants made after it).
-        unlink_handoff_locked(w);
+        handoffs_.unlink(w);
+        w.handoff_listed_ = false;
         took_alone = true;
         return &w;
     }
@@ -131,7 +101,10 @@ permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_can
 
 permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
     std::lock_guard lock(mutex_);
-    if (w.handoff_listed_) unlink_handoff_locked(w);
+    if (w.handoff_listed_) {
+        handoffs_.unlink(w);
+        w.handoff_listed_ = false;
+    }
     return claim_handoffs_locked();
 }
 

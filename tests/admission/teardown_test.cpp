@@ -4,7 +4,7 @@
 // repeats a short life (make a context, complete one or a few operations on it,
 // destroy it at once) many times: the window in which a worker that posted the
 // completion is still inside `post` is a few hundred nanoseconds wide, so it
-// takes thousands of rounds to hit. Before the hand-off gate (handoff.hpp),
+// takes thousands of rounds to hit. Before the hand-off gate (detail/async/handoff_gate.hpp),
 // ASan reported a heap-use-after-free here within a few rounds, and a release
 // build lost a completion (a stale work decrement stopped the next context).
 //

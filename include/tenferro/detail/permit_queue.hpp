@@ -12,12 +12,11 @@
 //    call hands back the list of waiters it granted (in FIFO order); the caller
 //    resumes them after the lock is released, on their own executors.
 //  * One mutex guards everything. Admission is a handful of loads and stores
-//    under it; a lock-free fast path was measured and did not pay on the
-//    workloads in bench/admission (the executor hops dominate). What did pay
-//    is taking the lock fewer times: an entry admitted at once that may start
-//    inline learns so in acquire's own critical section (granted_inline), and
-//    not sleeping for it: the mutex polls briefly before it sleeps
-//    (brief_mutex), since its holder is most likely about to leave.
+//    under it, and an entry's cost is dominated by its executor hops, not by
+//    this lock; what matters is taking it few times (an entry admitted at once
+//    that may start inline learns so in acquire's own critical section,
+//    granted_inline) and not sleeping for it: the mutex polls briefly before
+//    it sleeps (brief_mutex), since its holder is most likely about to leave.
 //
 // No Asio here: the queue is tested step by step in tests/admission/permit_queue_test.cpp.
 
@@ -27,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "tenferro/detail/async/intrusive_list.hpp"
 #include "tenferro/detail/brief_mutex.hpp"
 
 namespace tenferro::detail {
@@ -72,63 +72,7 @@ struct permit_waiter {
 };
 
 /// A FIFO list of waiters threaded through their own nodes.
-class waiter_list {
-public:
-    waiter_list() = default;
-    waiter_list(waiter_list&& other) noexcept : head_(other.head_), tail_(other.tail_), size_(other.size_) {
-        other.head_ = other.tail_ = nullptr;
-        other.size_ = 0;
-    }
-    waiter_list& operator=(waiter_list&& other) noexcept {
-        head_ = other.head_;
-        tail_ = other.tail_;
-        size_ = other.size_;
-        other.head_ = other.tail_ = nullptr;
-        other.size_ = 0;
-        return *this;
-    }
-    waiter_list(const waiter_list&) = delete;
-    waiter_list& operator=(const waiter_list&) = delete;
-
-    bool empty() const noexcept { return head_ == nullptr; }
-    std::size_t size() const noexcept { return size_; }
-    permit_waiter* front() const noexcept { return head_; }
-
-    void push_back(permit_waiter& w) noexcept {
-        w.prev_ = tail_;
-        w.next_ = nullptr;
-        if (tail_ != nullptr)
-            tail_->next_ = &w;
-        else
-            head_ = &w;
-        tail_ = &w;
-        ++size_;
-    }
-
-    void unlink(permit_waiter& w) noexcept {
-        if (w.prev_ != nullptr)
-            w.prev_->next_ = w.next_;
-        else
-            head_ = w.next_;
-        if (w.next_ != nullptr)
-            w.next_->prev_ = w.prev_;
-        else
-            tail_ = w.prev_;
-        w.prev_ = w.next_ = nullptr;
-        --size_;
-    }
-
-    permit_waiter* pop_front() noexcept {
-        permit_waiter* w = head_;
-        if (w != nullptr) unlink(*w);
-        return w;
-    }
-
-private:
-    permit_waiter* head_ = nullptr;
-    permit_waiter* tail_ = nullptr;
-    std::size_t size_ = 0;
-};
+using waiter_list = intrusive_list<permit_waiter, &permit_waiter::next_, &permit_waiter::prev_>;
 
 /// What `permit_queue::acquire` decided.
 enum class acquire_outcome : std::uint8_t {
@@ -268,7 +212,7 @@ private:
     /// until its body starts) or waiting for its hand-off, so a grant made now
     /// may start inline without overtaking one.
     bool nothing_unstarted_locked() const noexcept {
-        return handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
+        return handoffs_.empty() && unstarted_.load(std::memory_order_relaxed) == 0;
     }
     void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
     /// Refreshes likely_admits_at_once's hint; called by every locked
@@ -284,7 +228,6 @@ private:
     /// at once), unless `listed` is false (an inline start, see acquire).
     void grant_locked(permit_waiter& w, bool ready = false, bool listed = true) noexcept;
     permit_waiter* take_ready_handoffs_locked() noexcept;
-    void unlink_handoff_locked(permit_waiter& w) noexcept;
     permit_waiter* claim_handoffs_locked() noexcept;
     waiter_list drain_locked();
 
@@ -306,8 +249,7 @@ private:
     // the lock, read without it.
     std::atomic<std::size_t> at_once_hint_;
     // The hand-off list (S17), and whether a thread is handing off from it.
-    permit_waiter* handoff_head_ = nullptr;
-    permit_waiter* handoff_tail_ = nullptr;
+    intrusive_list<permit_waiter, &permit_waiter::handoff_next_, &permit_waiter::handoff_prev_> handoffs_;
     // Who hands off: nobody, a thread (busy), or a thread that must look
     // again before it stops because entries became ready meanwhile. Changed
     // under the lock, except busy -> idle, the handing-off thread's lock-free
