@@ -314,15 +314,15 @@ void entry_base::on_granted(bool at_initiation) noexcept {
 
 void entry_base::give_back_grant() noexcept {
     permit_queue& queue = core_->queue();
-    queue.note_started(*this);
+    queue.start_order().note_started(*this);
     // (`this` keeps the host alive meanwhile: it is not handed off.)
-    if (starts_on_caller_) hand_off_in_grant_order(queue.abandon_handoff(*this));
-    permit_waiter* handoffs = nullptr;
+    if (starts_on_caller_) hand_off_in_grant_order(queue.start_order().abandon_handoff(*this));
+    entry_node* handoffs = nullptr;
     waiter_list granted = queue.release(permits_, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }
 
-void entry_base::hand_off_in_grant_order(permit_waiter* chain) noexcept {
+void entry_base::hand_off_in_grant_order(entry_node* chain) noexcept {
     if (chain == nullptr) return;
     permit_queue& queue = static_cast<entry_base*>(chain)->core_->queue();
     // S17 across threads: runners reach their executors in grant order. Only
@@ -339,7 +339,7 @@ void entry_base::hand_off_in_grant_order(permit_waiter* chain) noexcept {
             e->holds_permits_ = true;
             e->run_on_caller(false);
         } while (chain != nullptr);
-        chain = queue.next_handoffs();
+        chain = queue.start_order().next_handoffs();
     }
 }
 
@@ -349,7 +349,7 @@ void entry_base::schedule(bool at_initiation) noexcept {
     if (!starts_on_caller_) return core_->pool().submit(*this);
     permit_queue& queue = core_->queue();
     bool alone = false;
-    permit_waiter* chain = queue.ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
+    entry_node* chain = queue.start_order().ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
     // The entries handed off (this one too) may finish on other threads while
     // the loop still asks the queue for more; the host stays alive all the
     // same: whoever granted them is up the stack (an entry releasing its
@@ -363,12 +363,12 @@ void entry_base::schedule(bool at_initiation) noexcept {
     // (`this` may be gone after the dispatch; the host is not: we are inside
     // its initiating function.)
     run_on_caller(true);
-    hand_off_in_grant_order(queue.next_handoffs(false));
+    hand_off_in_grant_order(queue.start_order().next_handoffs(false));
 }
 
 void entry_base::cancel_waiting() noexcept {
     waiter_list granted;
-    permit_waiter* handoffs = nullptr;
+    entry_node* handoffs = nullptr;
     const bool removed = core_->queue().cancel(*this, granted, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
     if (removed)
@@ -378,7 +378,7 @@ void entry_base::cancel_waiting() noexcept {
 
 void entry_base::run() noexcept {
     permit_queue& queue = core_->queue();
-    queue.note_started(*this);
+    queue.start_order().note_started(*this);
     if (queue.poisoned()) {
         // S18: from the moment a hook threw, no body starts, not even one
         // granted (and handed to its executor) before that.
@@ -410,7 +410,7 @@ void entry_base::run() noexcept {
 }
 
 void entry_base::drop() noexcept {
-    core_->queue().note_started(*this);
+    core_->queue().start_order().note_started(*this);
     core_->queue().note_rejected();
     set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");
     release_permits();
@@ -451,7 +451,7 @@ void entry_base::body_finished() noexcept {
 }
 
 void entry_base::release_permits() noexcept {
-    core_->queue().note_started(*this);  // a no-op unless the body never started
+    core_->queue().start_order().note_started(*this);  // a no-op unless the body never started
     if (scope_) {
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();
@@ -467,7 +467,7 @@ void entry_base::release_permits() noexcept {
             core_->poison("an admission_observer::on_released hook threw");
         }
     }
-    permit_waiter* handoffs = nullptr;
+    entry_node* handoffs = nullptr;
     waiter_list granted = core_->queue().release(permits_, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }

@@ -65,7 +65,7 @@ namespace tenferro::detail {
 enum class entry_kind : unsigned char { session, scope };
 
 /// The handler-independent half of an entry.
-class entry_base : public permit_waiter, public pool_task {
+class entry_base : public entry_node, public pool_task {
 public:
     /// Admission: the context checks, then the queue. Called once, from the
     /// initiating function, with the context found on the initiating side.
@@ -87,7 +87,7 @@ public:
     /// until the queue says none is left. The thread calling this holds the
     /// hand-off role; the host stays alive because whoever granted the
     /// entries is up this thread's stack.
-    static void hand_off_in_grant_order(permit_waiter* chain) noexcept;
+    static void hand_off_in_grant_order(entry_node* chain) noexcept;
 
     /// Runs the body (a pool worker, or the caller's executor).
     void run() noexcept override;
@@ -473,7 +473,7 @@ struct inline_session {
         // Admitted: from here on the entry completes by this path, and its
         // body starts now (the queue did not count it as unstarted).
         std::optional<result_type> result(std::in_place, run(fn, core, opener, io, options.permits, exception));
-        permit_waiter* handoffs = nullptr;
+        entry_node* handoffs = nullptr;
         waiter_list granted = queue.release(options.permits, &handoffs);
         host_core::start_granted(std::move(granted), handoffs);
         return result;
