@@ -37,7 +37,14 @@
 
 #include "tenferro/asio.hpp"
 
-#include "tenferro/detail/async_op.hpp"
+#include "tenferro/detail/async/cancellation.hpp"
+#include "tenferro/detail/async/completion.hpp"
+#include "tenferro/detail/async/handoff_gate.hpp"
+#include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/intrusive_list.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
+#include "tenferro/detail/async/op_work.hpp"
+#include "tenferro/detail/compose_detail.hpp"
 #include "tenferro/detail/session_context.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_options.hpp"
@@ -117,7 +124,7 @@ public:
     /// Where a caller-placed batch led by this item runs its body.
     virtual asio::any_io_executor executor() const = 0;
 
-    // The waiting list (guarded by the batcher's mutex).
+    // The waiting list's links (guarded by the batcher's mutex).
     batch_item* prev = nullptr;
     batch_item* next = nullptr;
     stage where = stage::waiting;
@@ -134,93 +141,63 @@ protected:
     std::optional<session_result<Out>> result_;
 };
 
-/// The typed half of an item: handler, tracked work, cancellation slot. Built
-/// from the library's operation toolkit (detail/async_op.hpp).
+/// The typed half of an item: the handler and its tracked work. Built from
+/// the library's operation toolkit (detail/async/).
 template <class Handler, class Core>
 class batch_item_op final : public batch_item<typename Core::input_type, typename Core::output_type>,
                             public retry_node {
     using In = typename Core::input_type;
     using Out = typename Core::output_type;
     using handler_executor = asio::associated_executor_t<Handler>;
-    using work_executor = std::decay_t<decltype(asio::prefer(std::declval<handler_executor>(),
-                                                             asio::execution::outstanding_work.tracked))>;
-    friend class op_handoff<batch_item_op>;
+    friend struct completion_handoff<batch_item_op>;
+    friend struct completion_poster;
 
 public:
     template <class H>
     batch_item_op(H&& handler, std::shared_ptr<Core> core, In&& input)
-        : handler_(std::forward<H>(handler)),
-          ex_(asio::get_associated_executor(handler_)),
-          work_(asio::prefer(ex_, asio::execution::outstanding_work.tracked)),
-          core_(std::move(core)) {
+        : handler_(std::forward<H>(handler)), work_(handler_), core_(std::move(core)) {
         this->input.emplace(std::move(input));
     }
 
     /// Installs the cancellation handler; called once the item is about to
     /// enter the waiting list, before anyone else sees it.
     void connect_cancellation() {
-        slot_ = asio::get_associated_cancellation_slot(handler_);
-        if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+        detail::connect_cancellation<&batch_item_op::cancel>(asio::get_associated_cancellation_slot(handler_), this);
     }
 
-    const handler_executor& handler_ex() const noexcept { return ex_; }
+    handler_executor handler_ex() const noexcept { return asio::get_associated_executor(handler_); }
 
     asio::any_io_executor executor() const override {
         if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>)
-            return unwrap_executor(asio::any_io_executor(ex_));
+            return unwrap_executor(asio::any_io_executor(work_.untracked()));
         else
             return asio::any_io_executor(asio::system_executor());
     }
 
+    /// The executor dropped the completion unrun (its context shut down), or
+    /// the submit failed before the item was queued.
+    void discard() noexcept { free_op(this, op_allocator_for<batch_item_op>(handler_)); }
+
 private:
-    struct cancel_handler {
-        // (A constructor, not an aggregate: clang 14 has no parenthesised
-        // aggregate initialisation, which the slot's emplace uses.)
-        explicit cancel_handler(batch_item_op* o) noexcept : op(o) {}
-        batch_item_op* op;
-        void operator()(asio::cancellation_type_t type) const {
-            if (cancel_requested(type)) op->core_->cancel(*op);
-        }
-    };
+    /// The slot's handler: withdraws the item if it still waits (B4).
+    static void cancel(batch_item_op* op) noexcept { op->core_->cancel(*op); }
 
     // Out of memory for the post, the item is parked and posted again when
     // memory is back (S19).
     void deliver() noexcept override { completion_poster::post(*this); }
 
-    friend struct completion_poster;
     handoff_gate& gate() noexcept { return this->gate_; }
-    const handler_executor& completion_executor() const noexcept { return ex_; }
+    const auto& completion_executor() const noexcept { return work_.executor(); }
 
-    /// On the item's executor: as Asio's own operations, clear the slot,
-    /// release the work, pass the gate, free the op, then call the handler.
+    /// On the item's executor: the completion routine (completion.hpp).
     void upcall() {
-        if (slot_.is_connected()) slot_.clear();
-        auto alloc = allocator();
-        Handler handler(std::move(handler_));
-        std::exception_ptr e = std::move(this->exception_);
-        session_result<Out> r = std::move(*this->result_);
-        { [[maybe_unused]] const work_executor released(std::move(work_)); }
-        this->gate_.pass();  // the poster has left the executor before the caller can see the result (S16)
-        free_op(this, alloc);
-        std::move(handler)(std::move(e), std::move(r));
-    }
-
-public:
-    /// The executor dropped the completion unrun (its context shut down), or
-    /// the submit failed before the item was queued.
-    void discard() noexcept { free_op(this, allocator()); }
-
-private:
-    op_allocator_t<batch_item_op, Handler> allocator() const noexcept {
-        return op_allocator_t<batch_item_op, Handler>(
-            asio::get_associated_allocator(handler_, entry_allocator<void>()));
+        complete_op<batch_item_op>(this, handler_, work_, this->gate_, std::move(this->exception_),
+                                   std::move(*this->result_));
     }
 
     Handler handler_;
-    handler_executor ex_;
-    work_executor work_;
+    op_work<Handler> work_;
     std::shared_ptr<Core> core_;  // the cancellation handler's way back
-    asio::cancellation_slot slot_;
 };
 
 // ---------------------------------------------------------------------------
@@ -323,6 +300,7 @@ public:
     using output_type = Out;
     using session_type = typename Host::session_type;
     using item = batch_item<In, Out>;
+    using item_list = intrusive_list<item, &item::next, &item::prev>;
     using run_type = batch_run<batcher_core>;
     using sync_body = std::function<std::vector<Out>(session_type&, std::span<In>)>;
     using async_body = std::function<asio::awaitable<std::vector<Out>>(session_type&, std::span<In>)>;
@@ -345,7 +323,7 @@ public:
             const std::lock_guard lock(mutex_);
             it.submitted_at = now();
             it.where = item::stage::waiting;
-            link_back(it);
+            waiting_.push_back(it);
             ++submitted_;
             start = plan_locked();
         }
@@ -368,7 +346,7 @@ public:
         {
             const std::lock_guard lock(mutex_);
             if (it.where != item::stage::waiting) return;  // taken: it completes with its result
-            unlink(it);
+            waiting_.unlink(it);
             it.where = item::stage::finished;
             ++cancelled_;
         }
@@ -388,20 +366,18 @@ public:
     /// The batcher is being destroyed: every waiting item completes with
     /// `executor`; sessions in flight finish what they took.
     void close() noexcept {
-        item* list = nullptr;
+        item_list list;
         {
             const std::lock_guard lock(mutex_);
             closed_ = true;
-            list = head_;
-            for (item* it = head_; it != nullptr; it = it->next) it->where = item::stage::finished;
-            rejected_ += waiting_;
-            head_ = tail_ = nullptr;
-            waiting_ = 0;
+            for (item* it = waiting_.front(); it != nullptr; it = item_list::next(*it))
+                it->where = item::stage::finished;
+            rejected_ += waiting_.size();
+            list = std::move(waiting_);
         }
         timer_wake_.notify_all();
-        while (list != nullptr) {
-            item* it = list;
-            list = list->next;
+        // (Each is unlinked before it finishes: finishing may free it.)
+        while (item* it = list.pop_front()) {
             it->finish(nullptr, tl::unexpected(session_entry_error(
                                     session_entry_errc::executor, host_name_,
                                     compose_detail({"the batcher was destroyed before this item was taken into a "
@@ -418,7 +394,7 @@ public:
         s.rejected = rejected_;
         s.batches = batches_;
         s.largest_batch = largest_;
-        s.waiting = waiting_;
+        s.waiting = waiting_.size();
         return s;
     }
 
@@ -458,22 +434,6 @@ public:
     }
 
 private:
-    // -- the waiting list (mutex_ held) --------------------------------------
-
-    void link_back(item& it) noexcept {
-        it.prev = tail_;
-        it.next = nullptr;
-        (tail_ != nullptr ? tail_->next : head_) = &it;
-        tail_ = &it;
-        ++waiting_;
-    }
-    void unlink(item& it) noexcept {
-        (it.prev != nullptr ? it.prev->next : head_) = it.next;
-        (it.next != nullptr ? it.next->prev : tail_) = it.prev;
-        it.prev = it.next = nullptr;
-        --waiting_;
-    }
-
     /// How many sessions to enter now (counted as entered). B5: never more
     /// than the host has permits for. Without a delay, enough sessions for
     /// what waits, each taking up to max_batch at its grant (B1, B2). With a
@@ -484,19 +444,19 @@ private:
         const std::size_t mb = options_.max_batch;
         std::size_t start = 0;
         if (options_.max_delay.count() == 0) {
-            while (sessions_ < max_sessions_ && waiting_ > mb * unclaimed_) {
+            while (sessions_ < max_sessions_ && waiting_.size() > mb * unclaimed_) {
                 ++sessions_;
                 ++unclaimed_;
                 ++start;
             }
             return start;
         }
-        while (sessions_ < max_sessions_ && waiting_ >= mb * (unclaimed_ + 1)) {
+        while (sessions_ < max_sessions_ && waiting_.size() >= mb * (unclaimed_ + 1)) {
             ++sessions_;
             ++unclaimed_;
             ++start;
         }
-        if (aged && sessions_ < max_sessions_ && unclaimed_ == 0 && waiting_ > 0) {
+        if (aged && sessions_ < max_sessions_ && unclaimed_ == 0 && !waiting_.empty()) {
             ++sessions_;
             ++unclaimed_;
             ++start;
@@ -507,8 +467,8 @@ private:
     /// When the first waiting item's batch is due (B6), if a partial batch
     /// could be entered at all.
     std::optional<std::chrono::steady_clock::time_point> delay_deadline_locked() const noexcept {
-        if (head_ == nullptr || unclaimed_ != 0 || sessions_ >= max_sessions_) return std::nullopt;
-        return head_->submitted_at + options_.max_delay;
+        if (waiting_.empty() || unclaimed_ != 0 || sessions_ >= max_sessions_) return std::nullopt;
+        return waiting_.front()->submitted_at + options_.max_delay;
     }
 
     // -- the delay's timer (B6) -------------------------------------------------
@@ -618,28 +578,24 @@ private:
     /// `ends_session`, that session is over. Returns the sessions the plan asks
     /// for next.
     std::size_t fail_next_batch(bool ends_session, const std::string& detail) noexcept {
-        item* chain = nullptr;
+        item_list failed;
         std::size_t start = 0;
         {
             const std::lock_guard lock(mutex_);
             if (ends_session) --sessions_;
             --unclaimed_;
-            const std::size_t n = closed_ ? 0 : std::min(waiting_, options_.max_batch);
-            item* last = nullptr;
+            const std::size_t n = closed_ ? 0 : std::min(waiting_.size(), options_.max_batch);
             for (std::size_t i = 0; i < n; ++i) {
-                item& it = *head_;
-                unlink(it);
+                item& it = *waiting_.pop_front();
                 it.where = item::stage::taken;
-                (last != nullptr ? last->next : chain) = &it;
-                last = &it;
+                failed.push_back(it);
             }
             rejected_ += n;
             start = plan_locked();
         }
-        while (chain != nullptr) {
-            item& it = *chain;
-            chain = it.next;  // (read first: finishing may free the item)
-            it.next = nullptr;
+        // (Each is unlinked before it finishes: finishing may free it.)
+        while (item* next = failed.pop_front()) {
+            item& it = *next;
             it.input.reset();
             it.finish(nullptr, tl::unexpected(session_entry_error(session_entry_errc::executor, host_name_,
                                                                   compose_detail({std::string_view(detail)}))));
@@ -669,12 +625,11 @@ private:
         {
             const std::lock_guard lock(mutex_);
             if (run.taken.load(std::memory_order_relaxed)) return;
-            const std::size_t n = closed_ ? 0 : std::min(waiting_, options_.max_batch);
+            const std::size_t n = closed_ ? 0 : std::min(waiting_.size(), options_.max_batch);
             run.items.reserve(n);
             run.inputs.reserve(n);
             for (std::size_t i = 0; i < n; ++i) {
-                item& it = *head_;
-                unlink(it);
+                item& it = *waiting_.pop_front();
                 it.where = item::stage::taken;
                 run.items.push_back(&it);
                 run.inputs.push_back(std::move(*it.input));
@@ -793,9 +748,7 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable timer_wake_;
     std::optional<std::chrono::steady_clock::time_point> armed_;  // the user's timer is set for this
-    item* head_ = nullptr;
-    item* tail_ = nullptr;
-    std::size_t waiting_ = 0;
+    item_list waiting_;
     std::size_t sessions_ = 0;   // entered and not yet completed (B5)
     std::size_t unclaimed_ = 0;  // entered and not yet taken their batch
     bool closed_ = false;

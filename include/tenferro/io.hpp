@@ -67,7 +67,12 @@
 
 #include "tenferro/asio.hpp"
 
-#include "tenferro/detail/async_op.hpp"
+#include "tenferro/detail/async/cancellation.hpp"
+#include "tenferro/detail/async/completion.hpp"
+#include "tenferro/detail/async/handoff_gate.hpp"
+#include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
+#include "tenferro/detail/async/op_work.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -139,18 +144,14 @@ std::shared_ptr<npy_operation> make_read_npy_op(std::filesystem::path path, cons
 std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view,
                                                  npy_write_receiver& receiver);
 
-/// Holds the handler and the outstanding work of its executor. On completion (a
-/// backend thread) it stores the outcome and hands itself to that executor through a
-/// hand-off gate (detail/handoff.hpp): there it releases the tracked work, clears the
-/// cancellation slot (the slot belongs to the handler's side) and calls the handler,
-/// and returns only once the posting thread has left, so nothing of the operation
-/// touches the caller's executor or context once the handler has run (S16).
+/// Holds the handler and the outstanding work of its executor (op_work.hpp).
+/// On completion (a backend thread) it stores the outcome and hands itself to
+/// that executor (completion.hpp), where the completion routine calls the
+/// handler: nothing of the operation touches the caller's executor or context
+/// once the handler has run (S16).
 template <class Handler, class IoExecutor, class Receiver, class... Rest>
 class npy_completion final : public Receiver, public retry_node {
-    using handler_executor = asio::associated_executor_t<Handler, IoExecutor>;
-    using work_executor = std::decay_t<decltype(asio::prefer(std::declval<const handler_executor&>(),
-                                                             asio::execution::outstanding_work.tracked))>;
-    friend class op_handoff<npy_completion>;
+    friend struct completion_handoff<npy_completion>;
     friend struct completion_poster;
     // The handler's arguments: Asio's error code (converted from the library's
     // std::error_code, detail::to_asio_error_code) and the result, if any.
@@ -158,9 +159,7 @@ class npy_completion final : public Receiver, public retry_node {
 
 public:
     npy_completion(Handler&& handler, const IoExecutor& io_executor)
-        : handler_(std::move(handler)),
-          executor_(asio::get_associated_executor(handler_, io_executor)),
-          work_(asio::prefer(executor_, asio::execution::outstanding_work.tracked)) {}
+        : handler_(std::move(handler)), work_(handler_, io_executor) {}
 
     void complete(std::error_code ec, Rest... rest) noexcept override {
         outcome_.emplace(to_asio_error_code(ec), std::move(rest)...);
@@ -171,68 +170,36 @@ public:
 
     /// Frees an operation whose completion never started (making the
     /// operation threw).
-    void abandon() noexcept { free_op(this, allocator()); }
+    void abandon() noexcept { discard(); }
 
 private:
     handoff_gate& gate() noexcept { return gate_; }
-    const handler_executor& completion_executor() const noexcept { return executor_; }
+    const auto& completion_executor() const noexcept { return work_.executor(); }
 
-    /// Runs inside the handler's executor: releases the tracked work, clears
-    /// the slot, calls the handler; the gate is passed and the memory freed
-    /// after the upcall with our cache, before it with the handler's own
-    /// allocator (the reason is given at entry_op::finish).
     void upcall() {
-        auto alloc = allocator();
-        Handler handler = std::move(handler_);
-        outcome_type outcome = std::move(*outcome_);
-        { [[maybe_unused]] const work_executor released(std::move(work_)); }  // before the upcall
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        if (slot.is_connected()) slot.clear();
-        if constexpr (uses_entry_cache_v<Handler>) {
-            struct after_upcall {
-                npy_completion* self;
-                decltype(alloc) a;
-                ~after_upcall() {
-                    self->gate_.pass();
-                    free_op(self, a);
-                }
-            } const done{this, alloc};
-            std::apply([&](auto&... a) { std::move(handler)(std::move(a)...); }, outcome);
-        } else {
-            gate_.pass();
-            free_op(this, alloc);
-            std::apply([&](auto&... a) { std::move(handler)(std::move(a)...); }, outcome);
-        }
+        std::apply([&](auto&... a) { complete_op<npy_completion>(this, handler_, work_, gate_, std::move(a)...); },
+                   *outcome_);
     }
 
     /// The executor discarded the completion unrun.
-    void discard() noexcept { free_op(this, allocator()); }
-
-    op_allocator_t<npy_completion, Handler> allocator() const noexcept {
-        return op_allocator_t<npy_completion, Handler>(
-            asio::get_associated_allocator(handler_, entry_allocator<void>()));
-    }
+    void discard() noexcept { free_op(this, op_allocator_for<npy_completion>(handler_)); }
 
     Handler handler_;
-    handler_executor executor_;  // hops use the plain executor, see entry_op.hpp
-    work_executor work_;
+    op_work<Handler, IoExecutor> work_;
     std::optional<outcome_type> outcome_;
     handoff_gate gate_;
 };
 
-/// Starts `op` with the handler's cancellation slot (if connected) forwarding to it.
+/// Starts `op` with the handler's cancellation slot (if connected) forwarding
+/// to it.
 template <class Slot>
 void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
-    if (slot.is_connected()) {
-        slot.assign([op](asio::cancellation_type_t type) {
-            if (cancel_requested(type)) op->cancel();
-        });
-    }
+    connect_cancellation<&npy_operation::cancel>(slot, op);
     op->start();
 }
 
 /// Allocates the completion that owns `handler` (with the handler's associated
-/// allocator, detail/async_op.hpp), makes the operation with it
+/// allocator, detail/async/op_allocator.hpp), makes the operation with it
 /// (`make_op(receiver)`; if that throws, the completion is freed and the
 /// handler never called) and starts it under the handler's cancellation slot.
 template <class Completion, class Handler, class IoExecutor, class MakeOp>

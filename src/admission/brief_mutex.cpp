@@ -2,7 +2,7 @@
 
 #include "tenferro/detail/brief_mutex.hpp"
 
-#include "admission/cpu_relax.hpp"
+#include "async/cpu_relax.hpp"
 
 namespace tenferro::detail {
 

@@ -1,7 +1,7 @@
 #include "tenferro/detail/compute_pool.hpp"
 
-#include "admission/cpu_relax.hpp"
-#include "admission/fast_tls.hpp"
+#include "async/cpu_relax.hpp"
+#include "async/fast_tls.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "tenferro/asio.hpp"
+#include "tenferro/detail/async/op_function.hpp"
 #if TENFERRO_ASIO_BOOST
 #include <boost/asio/detail/call_stack.hpp>
 #include <boost/asio/detail/thread_context.hpp>
@@ -88,22 +89,16 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
 compute_pool::compute_pool(asio::any_io_executor external) : external_(std::move(external)) {}
 
 compute_pool::~compute_pool() {
-    pool_task* orphans = nullptr;
+    task_list orphans;
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
-        orphans = head_;
-        head_ = tail_ = nullptr;
-        queued_ = 0;
+        orphans = std::move(queue_);
         queued_hint_.store(0, std::memory_order_relaxed);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
-    while (orphans != nullptr) {
-        pool_task* next = orphans->next_task_;
-        orphans->drop();
-        orphans = next;
-    }
+    while (pool_task* orphan = orphans.pop_front()) orphan->drop();
     // asio::execution_context's destructor shuts down and destroys services.
     shutdown();
     destroy();
@@ -122,18 +117,12 @@ void compute_pool::submit(pool_task& task) noexcept {
     {
         std::lock_guard lock(mutex_);
         if (!stopping_) {
-            task.next_task_ = nullptr;
-            if (tail_ != nullptr)
-                tail_->next_task_ = &task;
-            else
-                head_ = &task;
-            tail_ = &task;
-            ++queued_;
-            queued_hint_.store(queued_, std::memory_order_release);
+            queue_.push_back(task);
+            queued_hint_.store(queue_.size(), std::memory_order_release);
             // A spinner will take one task; wake a sleeper for each task beyond
             // what the spinners absorb. A spinner that gives up re-checks the
             // queue under this lock before it parks, so no wake-up is lost.
-            if (sleepers_ > 0 && queued_ > spinners_.load(std::memory_order_acquire)) wake_.notify_one();
+            if (sleepers_ > 0 && queue_.size() > spinners_.load(std::memory_order_acquire)) wake_.notify_one();
             return;
         }
     }
@@ -144,35 +133,29 @@ void compute_pool::submit(pool_task& task) noexcept {
 
 namespace {
 
-// A task on its way through the user's executor (host_options::compute_executor).
-// Owns the task until it runs: destroyed unrun (the executor shut down, or the
-// post failed), it drops it, so the entry completes with `executor` (S12).
-struct external_runner {
-    compute_pool* pool;
-    pool_task* task;
-    external_runner(compute_pool* p, pool_task* t) noexcept : pool(p), task(t) {}
-    external_runner(external_runner&& other) noexcept : pool(other.pool), task(std::exchange(other.task, nullptr)) {}
-    external_runner& operator=(external_runner&&) = delete;
-    ~external_runner() {
-        if (task != nullptr) task->drop();
-    }
-    void operator()() {
+// A task on its way through the user's executor (host_options::compute_executor),
+// in an op_function: destroyed unrun (the executor shut down, or the post
+// failed), it drops the task, so the entry completes with `executor` (S12).
+struct external_run {
+    const compute_pool* pool;
+    void run(pool_task& task) const {
         // While it runs, the task is on the pool (running_in_this_thread):
         // the pool's executor then runs a coroutine's next step inline, as
         // on a worker of its own.
-        pool_task* t = std::exchange(task, nullptr);
         const compute_pool* previous = current_pool;
         current_pool = pool;
-        t->run();
+        task.run();
         current_pool = previous;
     }
+    static void drop(pool_task& task) noexcept { task.drop(); }
 };
+using external_runner = op_function<pool_task, external_run>;
 
 }  // namespace
 
 void compute_pool::submit_external(pool_task& task) noexcept {
     try {
-        asio::post(external_, external_runner(this, &task));
+        asio::post(external_, external_runner(&task, external_run{this}));
     } catch (...) {
         // Out of memory, or an executor that refuses work: the runner was
         // destroyed unrun and dropped the task.
@@ -180,13 +163,8 @@ void compute_pool::submit_external(pool_task& task) noexcept {
 }
 
 pool_task* compute_pool::try_pop() noexcept {
-    pool_task* task = head_;
-    if (task != nullptr) {
-        head_ = task->next_task_;
-        if (head_ == nullptr) tail_ = nullptr;
-        --queued_;
-        queued_hint_.store(queued_, std::memory_order_relaxed);
-    }
+    pool_task* task = queue_.pop_front();
+    if (task != nullptr) queued_hint_.store(queue_.size(), std::memory_order_relaxed);
     return task;
 }
 

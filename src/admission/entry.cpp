@@ -9,7 +9,7 @@
 #include "tenferro/detail/entry_awaitable.hpp"
 #include "tenferro/detail/entry_op.hpp"
 
-#include "admission/fast_tls.hpp"
+#include "async/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {
@@ -33,18 +33,13 @@ struct initiation_scope {
     const entry_base* previous;
 };
 
-// The one function type every inline completion is posted as; owns `c`
-// until it runs (destroyed unrun, it discards `c`).
-struct inline_completion_runner {
-    inline_completion* c;
-    explicit inline_completion_runner(inline_completion* p) noexcept : c(p) {}
-    inline_completion_runner(inline_completion_runner&& other) noexcept : c(std::exchange(other.c, nullptr)) {}
-    inline_completion_runner& operator=(inline_completion_runner&&) = delete;
-    ~inline_completion_runner() {
-        if (c != nullptr) c->discard();
-    }
-    void operator()() { std::exchange(c, nullptr)->invoke(); }
+// The one function type every inline completion is posted as; owns its
+// completion until it runs (destroyed unrun, it discards it).
+struct inline_completion_policy {
+    static void run(inline_completion& c) { c.invoke(); }
+    static void drop(inline_completion& c) noexcept { c.discard(); }
 };
+using inline_completion_runner = op_function<inline_completion, inline_completion_policy>;
 
 std::string_view permits_word(std::size_t n) noexcept { return n == 1 ? " permit" : " permits"; }
 
@@ -68,8 +63,6 @@ std::string compose_detail(std::initializer_list<detail_piece> pieces) noexcept 
     return out;
 }
 
-void ensure_system_context() { (void)asio::query(asio::system_executor(), asio::execution::context); }
-
 namespace {
 /// Posts `c`; false when that failed for want of memory (`c` not consumed).
 bool try_post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept {
@@ -78,9 +71,7 @@ bool try_post_inline_completion(const asio::io_context::executor_type& io, inlin
         hand_off_unguarded(io, std::move(runner), /*may_dispatch=*/false);
         return true;
     } catch (const std::bad_alloc&) {
-        if (runner.c == nullptr) return true;  // the executor took it
-        runner.c = nullptr;
-        return false;
+        return runner.release() == nullptr;  // (null: the executor took it)
     } catch (...) {
         return true;  // refused: the runner's destructor discarded it
     }
@@ -204,12 +195,17 @@ void entry_base::discard_error() noexcept {
     if (error_texts_ != nullptr) (void)take_error();
 }
 
+bool entry_base::retry_parked(permit_waiter& w) noexcept {
+    auto& self = static_cast<entry_base&>(w);
+    return self.retry_handoff(self.parked_);
+}
+
 void entry_base::retry_later(parked_handoff what) noexcept {
+    // Parked through its queue node, whose links are free: an entry parks
+    // only once it is out of the queue (granted, or rejected).
+    static constinit retry_lane<permit_waiter, &permit_waiter::next_, &entry_base::retry_parked> parked_entries;
     parked_ = what;
-    retry_waiter_later(*this, [](permit_waiter& w) noexcept {
-        auto& self = static_cast<entry_base&>(w);
-        return self.retry_handoff(self.parked_);
-    });
+    parked_entries.park(*this);
 }
 
 void entry_base::reject(session_entry_errc code, std::string_view detail) noexcept {
@@ -318,15 +314,15 @@ void entry_base::on_granted(bool at_initiation) noexcept {
 
 void entry_base::give_back_grant() noexcept {
     permit_queue& queue = core_->queue();
-    queue.note_started(*this);
+    queue.start_order().note_started(*this);
     // (`this` keeps the host alive meanwhile: it is not handed off.)
-    if (starts_on_caller_) hand_off_in_grant_order(queue.abandon_handoff(*this));
-    permit_waiter* handoffs = nullptr;
+    if (starts_on_caller_) hand_off_in_grant_order(queue.start_order().abandon_handoff(*this));
+    entry_node* handoffs = nullptr;
     waiter_list granted = queue.release(permits_, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }
 
-void entry_base::hand_off_in_grant_order(permit_waiter* chain) noexcept {
+void entry_base::hand_off_in_grant_order(entry_node* chain) noexcept {
     if (chain == nullptr) return;
     permit_queue& queue = static_cast<entry_base*>(chain)->core_->queue();
     // S17 across threads: runners reach their executors in grant order. Only
@@ -343,7 +339,7 @@ void entry_base::hand_off_in_grant_order(permit_waiter* chain) noexcept {
             e->holds_permits_ = true;
             e->run_on_caller(false);
         } while (chain != nullptr);
-        chain = queue.next_handoffs();
+        chain = queue.start_order().next_handoffs();
     }
 }
 
@@ -353,7 +349,7 @@ void entry_base::schedule(bool at_initiation) noexcept {
     if (!starts_on_caller_) return core_->pool().submit(*this);
     permit_queue& queue = core_->queue();
     bool alone = false;
-    permit_waiter* chain = queue.ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
+    entry_node* chain = queue.start_order().ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
     // The entries handed off (this one too) may finish on other threads while
     // the loop still asks the queue for more; the host stays alive all the
     // same: whoever granted them is up the stack (an entry releasing its
@@ -367,12 +363,12 @@ void entry_base::schedule(bool at_initiation) noexcept {
     // (`this` may be gone after the dispatch; the host is not: we are inside
     // its initiating function.)
     run_on_caller(true);
-    hand_off_in_grant_order(queue.next_handoffs(false));
+    hand_off_in_grant_order(queue.start_order().next_handoffs(false));
 }
 
 void entry_base::cancel_waiting() noexcept {
     waiter_list granted;
-    permit_waiter* handoffs = nullptr;
+    entry_node* handoffs = nullptr;
     const bool removed = core_->queue().cancel(*this, granted, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
     if (removed)
@@ -382,7 +378,7 @@ void entry_base::cancel_waiting() noexcept {
 
 void entry_base::run() noexcept {
     permit_queue& queue = core_->queue();
-    queue.note_started(*this);
+    queue.start_order().note_started(*this);
     if (queue.poisoned()) {
         // S18: from the moment a hook threw, no body starts, not even one
         // granted (and handed to its executor) before that.
@@ -414,7 +410,7 @@ void entry_base::run() noexcept {
 }
 
 void entry_base::drop() noexcept {
-    core_->queue().note_started(*this);
+    core_->queue().start_order().note_started(*this);
     core_->queue().note_rejected();
     set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");
     release_permits();
@@ -455,7 +451,7 @@ void entry_base::body_finished() noexcept {
 }
 
 void entry_base::release_permits() noexcept {
-    core_->queue().note_started(*this);  // a no-op unless the body never started
+    core_->queue().start_order().note_started(*this);  // a no-op unless the body never started
     if (scope_) {
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();
@@ -471,7 +467,7 @@ void entry_base::release_permits() noexcept {
             core_->poison("an admission_observer::on_released hook threw");
         }
     }
-    permit_waiter* handoffs = nullptr;
+    entry_node* handoffs = nullptr;
     waiter_list granted = core_->queue().release(permits_, &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }

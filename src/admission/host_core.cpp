@@ -4,8 +4,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tenferro/detail/async/handoff_retry.hpp"
 #include "tenferro/detail/entry_op.hpp"
-#include "tenferro/detail/handoff_retry.hpp"
 
 namespace tenferro::detail {
 
@@ -53,7 +53,7 @@ std::size_t resolve_permits(std::size_t requested) noexcept {
     return hw == 0 ? 1 : hw;
 }
 
-void host_core::start_granted(waiter_list granted, permit_waiter* handoffs) noexcept {
+void host_core::start_granted(waiter_list granted, entry_node* handoffs) noexcept {
     // The chain first: it holds the earliest grants that were ready at once.
     // The entries of `granted` that start on their caller join the hand-off
     // behind them (this thread holds the role until the chain is done).

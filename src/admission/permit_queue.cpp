@@ -5,7 +5,7 @@ namespace tenferro::detail {
 permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters) noexcept
     : permits_(permits), max_waiters_(max_waiters), available_(permits), at_once_hint_(permits) {}
 
-acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear) {
+acquire_outcome permit_queue::acquire(entry_node& w, bool may_wait, bool start_inline_if_clear) {
     std::lock_guard lock(mutex_);
     if (poisoned_.load(std::memory_order_relaxed)) {
         ++rejected_;
@@ -24,7 +24,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
         // it there) but stays counted as unstarted until it starts, so that a
         // grant made meanwhile on another thread does not start inline ahead of it.
         const bool start_inline =
-            start_inline_if_clear && w.starts_on_caller_ && w.ready_at_grant_ && nothing_unstarted_locked();
+            start_inline_if_clear && start_sequencer::ready_at_grant(w) && start_order_.clear_locked();
         grant_locked(w, start_inline, !start_inline);
         publish_hint_locked();
         return start_inline ? acquire_outcome::granted_inline : acquire_outcome::granted;
@@ -46,7 +46,7 @@ acquire_outcome permit_queue::acquire(permit_waiter& w, bool may_wait, bool star
 bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
     std::lock_guard lock(mutex_);
     // acquire()'s conditions for granted_inline, in one test (the same helpers).
-    if (!admits_locked() || !admits_at_once_locked(w) || !nothing_unstarted_locked()) return false;
+    if (!admits_locked() || !admits_at_once_locked(w) || !start_order_.clear_locked()) return false;
     available_ -= w.permits_;
     publish_hint_locked();
     w.state_ = permit_waiter::state::granted;
@@ -62,109 +62,13 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
     return true;
 }
 
-void permit_queue::grant_locked(permit_waiter& w, bool ready, bool listed) noexcept {
+void permit_queue::grant_locked(entry_node& w, bool ready, bool listed) noexcept {
     w.state_ = permit_waiter::state::granted;
     ++admitted_;
-    w.may_start_inline_ = unstarted_.load(std::memory_order_relaxed) == 0;
-    if (w.starts_on_caller_) {
-        w.start_counted_ = true;
-        unstarted_.fetch_add(1, std::memory_order_relaxed);
-        w.handoff_listed_ = listed;
-        w.handoff_ready_ = ready;
-        if (!listed) return;
-        w.handoff_next_ = nullptr;
-        w.handoff_prev_ = handoff_tail_;
-        if (handoff_tail_ != nullptr)
-            handoff_tail_->handoff_next_ = &w;
-        else
-            handoff_head_ = &w;
-        handoff_tail_ = &w;
-    }
+    start_order_.granted_locked(w, ready, listed);
 }
 
-void permit_queue::unlink_handoff_locked(permit_waiter& w) noexcept {
-    if (w.handoff_prev_ != nullptr)
-        w.handoff_prev_->handoff_next_ = w.handoff_next_;
-    else
-        handoff_head_ = w.handoff_next_;
-    if (w.handoff_next_ != nullptr)
-        w.handoff_next_->handoff_prev_ = w.handoff_prev_;
-    else
-        handoff_tail_ = w.handoff_prev_;
-    w.handoff_prev_ = w.handoff_next_ = nullptr;
-    w.handoff_listed_ = false;
-}
-
-permit_waiter* permit_queue::take_ready_handoffs_locked() noexcept {
-    // Unlinks the ready prefix of the hand-off list and returns it as a chain.
-    permit_waiter* first = handoff_head_;
-    permit_waiter* last = nullptr;
-    for (permit_waiter* w = handoff_head_; w != nullptr && w->handoff_ready_; w = w->handoff_next_) {
-        w->handoff_listed_ = false;
-        last = w;
-    }
-    if (last == nullptr) return nullptr;
-    handoff_head_ = last->handoff_next_;
-    if (handoff_head_ != nullptr)
-        handoff_head_->handoff_prev_ = nullptr;
-    else
-        handoff_tail_ = nullptr;
-    last->handoff_next_ = nullptr;
-    first->handoff_prev_ = nullptr;
-    return first;
-}
-
-permit_waiter* permit_queue::ready_for_handoff(permit_waiter& w, bool inline_candidate, bool& took_alone) {
-    std::lock_guard lock(mutex_);
-    w.handoff_ready_ = true;
-    took_alone = false;
-    if (inline_candidate && handoff_head_ == &w) {
-        // Admitted at once with nothing unstarted before it: it may start
-        // inline, and the thread that starts it does not take the hand-off
-        // role meanwhile (others may hand off grants made after it).
-        unlink_handoff_locked(w);
-        took_alone = true;
-        return &w;
-    }
-    return claim_handoffs_locked();
-}
-
-permit_waiter* permit_queue::abandon_handoff(permit_waiter& w) {
-    std::lock_guard lock(mutex_);
-    if (w.handoff_listed_) unlink_handoff_locked(w);
-    return claim_handoffs_locked();
-}
-
-permit_waiter* permit_queue::claim_handoffs_locked() noexcept {
-    // A thread is handing off: tell it to look again before it stops (the
-    // entries that became ready are its to hand off), and leave.
-    unsigned char role = role_busy;
-    if (handoff_role_.compare_exchange_strong(role, role_busy_more, std::memory_order_acq_rel) ||
-        role == role_busy_more)
-        return nullptr;
-    // Nobody is: take the ready prefix, and the role with it.
-    permit_waiter* chain = take_ready_handoffs_locked();
-    if (chain != nullptr) handoff_role_.store(role_busy, std::memory_order_relaxed);
-    return chain;
-}
-
-permit_waiter* permit_queue::next_handoffs(bool has_role) {
-    if (has_role) {
-        // The common case costs no lock: nobody marked an entry ready while
-        // we handed off, so we are done.
-        unsigned char role = role_busy;
-        if (handoff_role_.compare_exchange_strong(role, role_idle, std::memory_order_acq_rel)) return nullptr;
-        std::lock_guard lock(mutex_);
-        handoff_role_.store(role_busy, std::memory_order_relaxed);
-        permit_waiter* chain = take_ready_handoffs_locked();
-        if (chain == nullptr) handoff_role_.store(role_idle, std::memory_order_release);
-        return chain;
-    }
-    std::lock_guard lock(mutex_);
-    return claim_handoffs_locked();
-}
-
-void permit_queue::grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs) {
+void permit_queue::grant_fitting_locked(waiter_list& granted, entry_node** handoffs) {
     // Stop at the first waiter that does not fit: a weighted head blocks those
     // behind it (S4), otherwise small entries could starve it forever.
     bool made_ready = false;
@@ -172,22 +76,24 @@ void permit_queue::grant_fitting_locked(waiter_list& granted, permit_waiter** ha
         if (head->permits_ > available_) break;
         waiters_.pop_front();
         available_ -= head->permits_;
+        // (Every waiter in the list came through acquire: an entry_node.)
+        entry_node& w = static_cast<entry_node&>(*head);
         // A waiter ready at its grant is not returned: from here on the
         // hand-off list owns it (another thread handing off may take it as
         // soon as the lock is released), so we must not touch it again.
-        const bool ready = handoffs != nullptr && head->starts_on_caller_ && head->ready_at_grant_;
-        grant_locked(*head, ready);
+        const bool ready = handoffs != nullptr && start_sequencer::ready_at_grant(w);
+        grant_locked(w, ready);
         if (ready)
             made_ready = true;
         else
-            granted.push_back(*head);
+            granted.push_back(w);
     }
     // The fan-in common path: the granting thread takes the ready chain (and
     // the hand-off role) in this same critical section, no second lock.
-    if (made_ready) *handoffs = claim_handoffs_locked();
+    if (made_ready) *handoffs = start_order_.claim_locked();
 }
 
-waiter_list permit_queue::release(std::size_t n, permit_waiter** handoffs) {
+waiter_list permit_queue::release(std::size_t n, entry_node** handoffs) {
     waiter_list granted;
     if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
@@ -199,7 +105,7 @@ waiter_list permit_queue::release(std::size_t n, permit_waiter** handoffs) {
     return granted;
 }
 
-bool permit_queue::cancel(permit_waiter& w, waiter_list& granted, permit_waiter** handoffs) {
+bool permit_queue::cancel(entry_node& w, waiter_list& granted, entry_node** handoffs) {
     if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
     if (w.state_ != permit_waiter::state::waiting) return false;  // granted or drained first
@@ -234,7 +140,7 @@ waiter_list permit_queue::shut_down() {
     return drain_locked();
 }
 
-void permit_queue::note_admitted_without_permits(permit_waiter& w) {
+void permit_queue::note_admitted_without_permits(entry_node& w) {
     std::lock_guard lock(mutex_);
     grant_locked(w);
     ++nested_running_;

@@ -1,6 +1,6 @@
 #include "tenferro/detail/session_context.hpp"
 
-#include "admission/fast_tls.hpp"
+#include "async/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {

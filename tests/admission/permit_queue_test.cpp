@@ -12,7 +12,7 @@ using namespace tenferro::detail;
 
 namespace {
 
-struct node : permit_waiter {
+struct node : entry_node {
     explicit node(std::size_t n, int id_ = 0) : id(id_) { permits_ = n; }
     int id;
 };
@@ -158,7 +158,7 @@ TEST_CASE("waiter_list unlinks from head, middle and tail") {
 
 namespace {
 
-std::vector<int> chain_ids(permit_waiter* chain) {
+std::vector<int> chain_ids(entry_node* chain) {
     std::vector<int> out;
     for (; chain != nullptr; chain = chain->handoff_next_) out.push_back(static_cast<node*>(chain)->id);
     return out;
@@ -180,7 +180,7 @@ TEST_CASE("permit_queue release hands back the waiters ready at their grant as a
     for (node* n : {&caller_started(a, true), &caller_started(b, false), &caller_started(c, true), &d})
         CHECK(q.acquire(*n, true) == acquire_outcome::queued);
 
-    permit_waiter* chain = nullptr;
+    entry_node* chain = nullptr;
     // Only b comes back to be started by the caller; a is ready and heads the
     // hand-off list, so this thread takes it (and the hand-off role) at once;
     // c is ready too but waits behind b, which is not (S17).
@@ -193,11 +193,11 @@ TEST_CASE("permit_queue release hands back the waiters ready at their grant as a
     // b's hook ran on another thread while this one holds the role: b is left
     // for this thread, which finds b and c when it asks for more.
     bool alone = true;
-    CHECK(q.ready_for_handoff(b, false, alone) == nullptr);
+    CHECK(q.start_order().ready_for_handoff(b, false, alone) == nullptr);
     CHECK_FALSE(alone);
-    CHECK(chain_ids(q.next_handoffs()) == std::vector<int>{2, 3});
-    CHECK(q.next_handoffs() == nullptr);  // gives the role up
-    for (node* n : {&a, &b, &c}) q.note_started(*n);
+    CHECK(chain_ids(q.start_order().next_handoffs()) == std::vector<int>{2, 3});
+    CHECK(q.start_order().next_handoffs() == nullptr);  // gives the role up
+    for (node* n : {&a, &b, &c}) q.start_order().note_started(*n);
 }
 
 TEST_CASE("permit_queue release without a hand-off chain returns every grant, ready or not") {
@@ -207,10 +207,10 @@ TEST_CASE("permit_queue release without a hand-off chain returns every grant, re
     CHECK(q.acquire(caller_started(a, true), true) == acquire_outcome::queued);
     CHECK(ids(q.release(1)) == std::vector<int>{1});
     bool alone = true;
-    permit_waiter* chain = q.ready_for_handoff(a, false, alone);
+    entry_node* chain = q.start_order().ready_for_handoff(a, false, alone);
     CHECK(chain_ids(chain) == std::vector<int>{1});
-    CHECK(q.next_handoffs() == nullptr);
-    q.note_started(a);
+    CHECK(q.start_order().next_handoffs() == nullptr);
+    q.start_order().note_started(a);
 }
 
 TEST_CASE("permit_queue cancel that unblocks ready waiters hands them back as a chain") {
@@ -220,12 +220,12 @@ TEST_CASE("permit_queue cancel that unblocks ready waiters hands them back as a 
     CHECK(q.acquire(heavy, true) == acquire_outcome::queued);
     CHECK(q.acquire(caller_started(a, true), true) == acquire_outcome::queued);
     waiter_list granted;
-    permit_waiter* chain = nullptr;
+    entry_node* chain = nullptr;
     CHECK(q.cancel(heavy, granted, &chain));
     CHECK(granted.empty());
     CHECK(chain_ids(chain) == std::vector<int>{2});
-    CHECK(q.next_handoffs() == nullptr);
-    q.note_started(a);
+    CHECK(q.start_order().next_handoffs() == nullptr);
+    q.start_order().note_started(a);
 }
 
 TEST_CASE("permit_queue grants inline at once only when nothing granted earlier is unstarted, and never barges") {
@@ -241,25 +241,25 @@ TEST_CASE("permit_queue grants inline at once only when nothing granted earlier 
     CHECK(q.acquire(caller_started(b, true), true, true) == acquire_outcome::granted);
     CHECK_FALSE(b.may_start_inline_);
     CHECK(b.handoff_listed_);
-    q.note_started(a);
+    q.start_order().note_started(a);
 
     // b waits for its hand-off (unstarted): c, with a free permit, is not inline either.
     CHECK(q.acquire(caller_started(c, true), true, true) == acquire_outcome::granted);
     bool alone = true;
-    CHECK(chain_ids(q.ready_for_handoff(b, false, alone)) == std::vector<int>{2});
-    CHECK(q.next_handoffs() == nullptr);  // c is not ready yet: it keeps its place
-    CHECK(chain_ids(q.ready_for_handoff(c, false, alone)) == std::vector<int>{3});
-    CHECK(q.next_handoffs() == nullptr);
-    q.note_started(b);
-    q.note_started(c);
+    CHECK(chain_ids(q.start_order().ready_for_handoff(b, false, alone)) == std::vector<int>{2});
+    CHECK(q.start_order().next_handoffs() == nullptr);  // c is not ready yet: it keeps its place
+    CHECK(chain_ids(q.start_order().ready_for_handoff(c, false, alone)) == std::vector<int>{3});
+    CHECK(q.start_order().next_handoffs() == nullptr);
+    q.start_order().note_started(b);
+    q.start_order().note_started(c);
 
     // An entry with a hook to run between grant and start is never inline.
     for (int i = 0; i < 3; ++i) CHECK(ids(q.release(1)).empty());  // a, b, c finish
     CHECK(q.acquire(caller_started(d, false), true, true) == acquire_outcome::granted);
-    CHECK(chain_ids(q.ready_for_handoff(d, true, alone)) == std::vector<int>{4});
+    CHECK(chain_ids(q.start_order().ready_for_handoff(d, true, alone)) == std::vector<int>{4});
     CHECK(alone);
-    q.note_started(d);
-    CHECK(q.next_handoffs(false) == nullptr);
+    q.start_order().note_started(d);
+    CHECK(q.start_order().next_handoffs(false) == nullptr);
 
     // No barging: a weighted head waits for 3 permits; e fits in the 2 free
     // ones but queues behind it, fast path or not.
@@ -268,11 +268,11 @@ TEST_CASE("permit_queue grants inline at once only when nothing granted earlier 
     CHECK(q.acquire(caller_started(f, true), false, true) == acquire_outcome::would_wait);
     CHECK(ids(q.release(1)) == std::vector<int>{5});  // heavy (3), then e waits for a permit
     CHECK(e.state_ == permit_waiter::state::waiting);
-    permit_waiter* chain = nullptr;
+    entry_node* chain = nullptr;
     CHECK(ids(q.release(3, &chain)).empty());
     CHECK(chain_ids(chain) == std::vector<int>{6});
-    CHECK(q.next_handoffs() == nullptr);
-    q.note_started(e);
+    CHECK(q.start_order().next_handoffs() == nullptr);
+    q.start_order().note_started(e);
     CHECK(ids(q.release(1)).empty());
     const permit_counters counters = q.counters();
     CHECK(counters.available == 3);
@@ -377,19 +377,19 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
     CHECK_FALSE(q.try_acquire_inline(c));
     unchanged("an earlier grant is unstarted");
     bool alone = true;
-    CHECK(chain_ids(q.ready_for_handoff(g, false, alone)) == std::vector<int>{6});
-    CHECK(q.next_handoffs() == nullptr);
+    CHECK(chain_ids(q.start_order().ready_for_handoff(g, false, alone)) == std::vector<int>{6});
+    CHECK(q.start_order().next_handoffs() == nullptr);
     // Handed off (out of the hand-off list) but its body has not started:
     // the unstarted count alone keeps the fast path shut.
     CHECK_FALSE(g.handoff_listed_);
     CHECK_FALSE(q.try_acquire_inline(c));
     unchanged("an earlier grant is handed off, not started");
-    q.note_started(g);
+    q.start_order().note_started(g);
     // What acquire would answer for a caller-started waiter ready at its
     // grant agrees: granted_inline now (and the fast path takes it).
     node probe(1, 9);
     CHECK(q.acquire(caller_started(probe, true), true, true) == acquire_outcome::granted_inline);
-    q.note_started(probe);
+    q.start_order().note_started(probe);
     CHECK(ids(q.release(1)).empty());  // probe
     CHECK(q.try_acquire_inline(c));
     CHECK(ids(q.release(1)).empty());  // c

@@ -4,9 +4,10 @@
 // repeats a short life (make a context, complete one or a few operations on it,
 // destroy it at once) many times: the window in which a worker that posted the
 // completion is still inside `post` is a few hundred nanoseconds wide, so it
-// takes thousands of rounds to hit. Before the hand-off gate (handoff.hpp),
-// ASan reported a heap-use-after-free here within a few rounds, and a release
-// build lost a completion (a stale work decrement stopped the next context).
+// takes thousands of rounds to hit. What it guards is the hand-off gate
+// (detail/async/handoff_gate.hpp): without it, ASan reports a heap-use-after-free
+// here within a few rounds, and a release build loses completions (a stale work
+// decrement stops the next context).
 //
 // Rounds: 10 x TENFERRO_STRESS_ITERATIONS (default 2,000, so 20,000 rounds).
 //

@@ -34,6 +34,7 @@
 
 #include "tenferro/asio.hpp"
 
+#include "tenferro/detail/async/intrusive_list.hpp"
 #include "tenferro/detail/function_ref.hpp"
 
 namespace tenferro::detail {
@@ -115,12 +116,11 @@ private:
 
     std::mutex mutex_;
     std::condition_variable wake_;
-    pool_task* head_ = nullptr;
-    pool_task* tail_ = nullptr;
-    std::size_t queued_ = 0;             // guarded by mutex_
+    using task_list = intrusive_list<pool_task, &pool_task::next_task_>;
+    task_list queue_;                    // guarded by mutex_
     std::size_t sleepers_ = 0;           // guarded by mutex_
     bool stopping_ = false;              // guarded by mutex_
-    std::atomic<std::size_t> queued_hint_{0};  // queued_, readable without the lock by spinners
+    std::atomic<std::size_t> queued_hint_{0};  // queue_.size(), readable without the lock by spinners
     std::atomic<std::size_t> spinners_{0};
     std::atomic<std::size_t> drop_next_{0};
     // Start-up hook (see the constructor); the fields below are guarded by mutex_.

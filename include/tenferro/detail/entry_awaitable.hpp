@@ -84,7 +84,7 @@ struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<
     static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
 };
 
-/// For a token of noexcept_initiation, reserves this thread's entry block for
+/// For a token of noexcept_initiation, reserves this thread's op block for
 /// the entry about to be initiated (throws std::bad_alloc here, in the
 /// caller's coroutine, where the exception reaches the co_await): the block
 /// of its operation, or of the inline fast path's completion, whichever is
@@ -101,9 +101,8 @@ void reserve_for_initiation() {
             asio::detail::awaitable_handler<typename noexcept_initiation<std::decay_t<Token>>::executor_type,
                                             std::exception_ptr, session_result<R>>;
         constexpr std::size_t wrappers = noexcept_initiation<std::decay_t<Token>>::wrapper_bytes;
-        constexpr std::size_t op = sizeof(entry_op<handler, std::decay_t<F>, Kind, Opener>);
-        constexpr std::size_t inline_completion = sizeof(inline_completion_for<handler, session_result<R>>);
-        reserve_entry_memory((op > inline_completion ? op : inline_completion) + wrappers);
+        // The op's block, or the inline completion's, which is sized for the op as well.
+        reserve_op_memory(entry_op<handler, std::decay_t<F>, Kind, Opener>::inline_block_size() + wrappers);
     }
 }
 

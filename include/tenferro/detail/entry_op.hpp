@@ -41,10 +41,17 @@
 
 #include "tenferro/asio.hpp"
 
-#include "tenferro/detail/async_op.hpp"
+#include "tenferro/detail/async/cancellation.hpp"
+#include "tenferro/detail/async/completion.hpp"
+#include "tenferro/detail/async/executor_target.hpp"
+#include "tenferro/detail/async/handoff_gate.hpp"
+#include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/initiation_failure.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
+#include "tenferro/detail/async/op_function.hpp"
+#include "tenferro/detail/async/op_work.hpp"
+#include "tenferro/detail/compose_detail.hpp"
 #include "tenferro/detail/compute_pool.hpp"
-#include "tenferro/detail/entry_memory.hpp"
-#include "tenferro/detail/handoff_retry.hpp"
 #include "tenferro/detail/host_core.hpp"
 #include "tenferro/detail/permit_queue.hpp"
 #include "tenferro/detail/session_context.hpp"
@@ -57,18 +64,8 @@ namespace tenferro::detail {
 
 enum class entry_kind : unsigned char { session, scope };
 
-template <class Executor>
-struct is_system_executor : std::false_type {};
-template <class Blocking, class Relationship, class Allocator>
-struct is_system_executor<asio::basic_system_executor<Blocking, Relationship, Allocator>> : std::true_type {};
-
-/// Creates Asio's system context if it does not exist yet (throws what that
-/// throws). Asio creates it lazily, inside pthread_once, at the first post to
-/// a system executor; out of memory there, the process cannot recover.
-void ensure_system_context();
-
 /// The handler-independent half of an entry.
-class entry_base : public permit_waiter, public pool_task {
+class entry_base : public entry_node, public pool_task {
 public:
     /// Admission: the context checks, then the queue. Called once, from the
     /// initiating function, with the context found on the initiating side.
@@ -90,7 +87,7 @@ public:
     /// until the queue says none is left. The thread calling this holds the
     /// hand-off role; the host stays alive because whoever granted the
     /// entries is up this thread's stack.
-    static void hand_off_in_grant_order(permit_waiter* chain) noexcept;
+    static void hand_off_in_grant_order(entry_node* chain) noexcept;
 
     /// Runs the body (a pool worker, or the caller's executor).
     void run() noexcept override;
@@ -123,32 +120,24 @@ protected:
     virtual void complete(bool may_dispatch) noexcept = 0;
 
     /// The two function objects an entry hands to its caller's executor: the
-    /// runner of a caller-placed body, and the completion (an
-    /// op_handoff<entry_base>, which calls upcall(), or discard() when it is
-    /// destroyed unrun). They are typed on entry_base, not on the entry_op
-    /// instantiation: Asio instantiates its posting machinery once per
-    /// function type, and one type per handler and body made that most of
-    /// the compile time of every file that starts entries.
-    struct caller_runner {
-        entry_base* op;
-        explicit caller_runner(entry_base* o) noexcept : op(o) {}
-        caller_runner(caller_runner&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
-        caller_runner& operator=(caller_runner&&) = delete;
-        ~caller_runner() {
-            if (op != nullptr) {
-                op->gate_.pass();
-                op->drop();
-            }
-        }
+    /// runner of a caller-placed body, and the completion
+    /// (completion_handoff<entry_base>, which calls upcall(), or discard()
+    /// when it is destroyed unrun). They are typed on entry_base, not on the
+    /// entry_op instantiation: Asio instantiates its posting machinery once
+    /// per function type, not once per handler and body.
+    struct runner_policy {
         // The gate is passed when the body is done (body_finished), not
         // here: the poster is most likely still inside post (waking this
         // thread) and the body need not wait for it; only the completion,
         // which may let the caller destroy its context, must.
-        void operator()() { std::exchange(op, nullptr)->run(); }
-        bool owns() const noexcept { return op != nullptr; }
-        void release() noexcept { op = nullptr; }
+        static void run(entry_base& op) { op.run(); }
+        static void drop(entry_base& op) noexcept {
+            op.gate_.pass();
+            op.drop();
+        }
     };
-    friend class op_handoff<entry_base>;
+    using caller_runner = op_function<entry_base, runner_policy>;
+    friend struct completion_handoff<entry_base>;
     handoff_gate& gate() noexcept { return gate_; }
     /// What a hand-off to the caller's executor that failed for want of
     /// memory was carrying: the runner of a caller-placed body, or the
@@ -160,8 +149,11 @@ protected:
     /// went through or the executor refused it for good, false when memory is
     /// still short.
     virtual bool retry_handoff(parked_handoff what) noexcept = 0;
+    /// retry_handoff for the entry whose queue node is `w` (its retry lane's
+    /// function: a parked entry is threaded through its queue node).
+    static bool retry_parked(permit_waiter& w) noexcept;
 
-    /// Hands `fn` (a caller_runner or an op_handoff) to the caller's executor
+    /// Hands `fn` (a caller_runner or a completion) to the caller's executor
     /// through `hop`; returns false when that failed for want of memory with
     /// `fn` still owning the entry (the caller then parks it). Out of memory
     /// after the executor took `fn` (a dispatch wraps it before it allocates),
@@ -264,28 +256,21 @@ private:
 };
 
 /// The inline fast path's completion (entry_op::try_run_inline): the handler
-/// and its two arguments in one block of the per-thread entry cache, posted
+/// and its two arguments in one block of the per-thread op cache, posted
 /// through post_inline_completion as one function type compiled once in the
-/// library. (A function object of its own per handler and value type made
-/// Asio instantiate its whole posting machinery again for every entry type:
-/// measured, 26 % of the compile time of the admission tests, which CI builds
-/// four times.)
+/// library (a function object of its own per handler and value type would
+/// make Asio instantiate its posting machinery again for every entry type).
 class inline_completion : private retry_node {
 public:
-    /// Calls the handler; the block is freed before the upcall, as Asio frees
-    /// an operation's memory before calling its handler.
+    /// Calls the handler (the completion routine, complete_op).
     virtual void invoke() = 0;
     /// Destroys the completion unrun: its io_context was destroyed, or the
     /// executor refused it.
     virtual void discard() noexcept = 0;
 
 protected:
-    explicit inline_completion(std::size_t block_size) noexcept : block_size_(block_size) {}
+    inline_completion() noexcept = default;
     ~inline_completion() = default;
-    /// The size of the entry-cache block this completion lives in (sized for
-    /// the entry's op as well, entry_op::try_run_inline): freed as that size,
-    /// so that the cache hands the whole block to the next entry.
-    const std::size_t block_size_;
 
 private:
     friend void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept;
@@ -298,54 +283,29 @@ private:
 /// (handoff_retry.hpp); an executor that refuses it otherwise discards it.
 void post_inline_completion(const asio::io_context::executor_type& io, inline_completion* c) noexcept;
 
-/// An inline_completion for a handler of type Handler taking (exception_ptr, Result).
-template <class Handler, class Result>
+/// An inline_completion for a handler of type Handler taking (exception_ptr,
+/// Result), in a block of type `Block` (sized for the entry's op as well,
+/// entry_op::try_run_inline), which it is freed as, so that the cache hands
+/// the whole block to the next entry. It has neither a gate nor tracked work:
+/// it is posted from a thread of its handler's io_context, which cannot be
+/// destroyed before that thread returns, and the posted function is the
+/// context's work while it is queued.
+template <class Handler, class Result, class Block>
 class inline_completion_for final : public inline_completion {
 public:
-    /// Builds one in `block`, an entry-cache block of `block_size` bytes; a
-    /// throwing handler move propagates, the block freed.
-    static inline_completion* make(void* block, std::size_t block_size, Handler&& handler, std::exception_ptr exception,
-                                   Result&& result) {
-        try {
-            return ::new (block)
-                inline_completion_for(block_size, std::move(handler), std::move(exception), std::move(result));
-        } catch (...) {
-            deallocate_entry_memory(block, block_size);
-            throw;
-        }
-    }
-
-    void invoke() override {
-        Handler handler = take_handler();
-        std::exception_ptr exception = std::move(exception_);
-        Result result(std::move(result_));  // (nothrow: entry_op::inline_candidate)
-        destroy();
-        std::move(handler)(std::move(exception), std::move(result));
-    }
-    void discard() noexcept override { destroy(); }
-
-private:
-    inline_completion_for(std::size_t block_size, Handler&& handler, std::exception_ptr exception, Result&& result)
-        : inline_completion(block_size),
-          handler_(std::move(handler)),
-          exception_(std::move(exception)),
-          result_(std::move(result)) {}
+    inline_completion_for(Handler&& handler, std::exception_ptr exception, Result&& result)
+        : handler_(std::move(handler)), exception_(std::move(exception)), result_(std::move(result)) {}
     ~inline_completion_for() = default;
 
-    Handler take_handler() {
-        try {
-            return Handler(std::move(handler_));
-        } catch (...) {
-            destroy();
-            throw;
-        }
+    void invoke() override {
+        no_work none;
+        no_gate direct;
+        // (Result's move is nothrow: entry_op::inline_candidate.)
+        complete_op<Block>(this, handler_, none, direct, std::move(exception_), std::move(result_));
     }
-    void destroy() noexcept {
-        const std::size_t size = block_size_;
-        this->~inline_completion_for();
-        deallocate_entry_memory(this, size);
-    }
+    void discard() noexcept override { free_op(this, op_allocator_for<Block>(handler_)); }
 
+private:
     Handler handler_;
     std::exception_ptr exception_;
     Result result_;
@@ -473,14 +433,11 @@ struct inline_session {
         const io_executor* io = nullptr;
         if constexpr (std::is_same_v<Executor, io_executor>) {
             io = &ex;
+        } else if constexpr (executor_target_available) {
+            io = executor_target<io_executor>(ex);
+            if (io == nullptr) return nullptr;
         } else {
-#if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
-            // (any_executor::target does not check the type itself.)
-            if (ex.target_type() != typeid(io_executor)) return nullptr;
-            io = ex.template target<io_executor>();
-#else
             return nullptr;
-#endif
         }
         return io->running_in_this_thread() ? io : nullptr;
     }
@@ -490,7 +447,7 @@ struct inline_session {
     /// eligible()'s checks that need no executor, and the queue's hint that it
     /// would admit the entry at once. An entry that will wait takes the plain
     /// operation instead, so that, parked, it holds no coroutine frame more
-    /// than the same coroutine parked on an Asio timer (issue 14's memory row).
+    /// than the same coroutine parked on an Asio timer (parked_memory_test).
     /// Only a guess (the awaitable is lazy, the queue moves): awaitable_entry
     /// decides again when it runs, and a wrong guess costs a frame or a post,
     /// never order.
@@ -516,7 +473,7 @@ struct inline_session {
         // Admitted: from here on the entry completes by this path, and its
         // body starts now (the queue did not count it as unstarted).
         std::optional<result_type> result(std::in_place, run(fn, core, opener, io, options.permits, exception));
-        permit_waiter* handoffs = nullptr;
+        entry_node* handoffs = nullptr;
         waiter_list granted = queue.release(options.permits, &handoffs);
         host_core::start_granted(std::move(granted), handoffs);
         return result;
@@ -584,24 +541,19 @@ class entry_op final : public entry_base {
     using R = typename traits::value_type;
     using result_type = session_result<R>;
     using here = inline_session<F, Opener>;
-    // The handler's own allocator if it names one, else our per-thread cache.
-    using handler_allocator = asio::associated_allocator_t<Handler, entry_allocator<void>>;
-    using allocator_type = op_allocator_t<entry_op, Handler>;
     using handler_executor = asio::associated_executor_t<Handler>;
-    using work_executor = std::decay_t<decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
-                                                             asio::execution::outstanding_work.tracked))>;
 
 public:
     static_assert(Kind == entry_kind::session || traits::is_async,
                   "an execution scope body must return asio::awaitable<R>");
 
     /// Allocates the operation with the handler's associated allocator (our
-    /// per-thread entry cache by default) and starts admission.
+    /// per-thread op cache by default) and starts admission.
     ///
     /// What can fail here is memory (S19). The op's own block: the initiating
     /// function throws, nothing done (with `use_awaitable`, whose initiation
     /// Asio runs inside a noexcept function, session_host::enter reserved that
-    /// block beforehand, reserve_entry_memory). Building the op in it (copying
+    /// block beforehand, reserve_op_memory). Building the op in it (copying
     /// the body, preferring tracked work on a wrapped executor) or installing
     /// its cancellation handler: the entry completes with the exception or
     /// with `executor`, by post, never inside this call (S1).
@@ -613,13 +565,13 @@ public:
             // allocation failure may still throw, and not on a compute worker.
             ensure_system_context();
         }
-        allocator_type alloc(asio::get_associated_allocator(handler, entry_allocator<void>()));
-        entry_op* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+        auto alloc = op_allocator_for<entry_op>(handler);
+        entry_op* op = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
         try {
             // The handler is the last member built: if anything throws, it
             // has not moved, and goes to initiation_failure below instead.
-            std::allocator_traits<allocator_type>::construct(alloc, op, std::forward<H>(handler), std::forward<G>(body),
-                                                             std::move(core), options, std::move(opener));
+            ::new (static_cast<void*>(op))
+                entry_op(std::forward<H>(handler), std::forward<G>(body), std::move(core), options, std::move(opener));
         } catch (...) {
             initiation_failure<Handler, entry_op, result_type>::complete_in(
                 op, std::forward<H>(handler), std::current_exception(),
@@ -640,13 +592,17 @@ public:
     /// the posted completion without throwing (it moves after the permits
     /// went back). (Not result_type's own trait: tl::expected<void, E> does
     /// not declare its move noexcept, although nothing in it can throw.)
-    static constexpr bool inline_candidate = Kind == entry_kind::session && !traits::is_async &&
-                                             std::is_same_v<handler_allocator, entry_allocator<void>> &&
-                                             (std::is_same_v<handler_executor, asio::io_context::executor_type>
-#if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
-                                              || std::is_same_v<handler_executor, asio::any_io_executor>
-#endif
-                                              )&&(std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
+    static constexpr bool inline_candidate =
+        Kind == entry_kind::session && !traits::is_async && uses_op_cache_v<Handler> &&
+        (std::is_same_v<handler_executor, asio::io_context::executor_type> ||
+         (executor_target_available && std::is_same_v<handler_executor, asio::any_io_executor>)) &&
+        (std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
+
+    /// The block of the inline fast path's completion: large enough for this
+    /// entry's op as well (try_run_inline).
+    static constexpr std::size_t inline_block_size() noexcept {
+        return std::max(sizeof(inline_completion_for<Handler, result_type, entry_op>), sizeof(entry_op));
+    }
 
     /// The inline fast path: an entry admitted at once, in its initiating
     /// function, whose body runs right here, on the caller's thread inside
@@ -690,11 +646,11 @@ public:
         // this entry's op as well: if the queue refuses the inline grant, the
         // block goes back to this thread's cache whole, and launch() finds it
         // there (a block reserved for a use_awaitable initiation stays one).
-        using completion = inline_completion_for<Handler, result_type>;
-        constexpr std::size_t block_size = std::max(sizeof(completion), sizeof(entry_op));
-        static_assert(alignof(completion) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
-                      "the inline completion comes from the entry cache");
-        void* block = allocate_entry_memory(block_size);
+        using block_type = op_block<inline_block_size()>;
+        using completion = inline_completion_for<Handler, result_type, block_type>;
+        static_assert(alignof(completion) <= alignof(block_type), "the inline completion comes from the op cache");
+        auto alloc = op_allocator_for<block_type>(own_handler);
+        block_type* block = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
         // The body is invoked as the general path's own copy is, and lives as
         // long: until the permits are back (finish() destroys that copy after
         // the release). A capture holding the last reference to the host must
@@ -704,7 +660,7 @@ public:
         std::exception_ptr exception;
         std::optional<result_type> result = here::admit_and_run(*fn, core, options, opener, *io, exception);
         if (!result) {
-            deallocate_entry_memory(block, block_size);
+            std::allocator_traits<decltype(alloc)>::deallocate(alloc, block, 1);
             launch(std::move(own_handler), std::move(*fn), core_ptr, options, opener);
             return true;
         }
@@ -713,7 +669,8 @@ public:
         fn.reset();
         inline_completion* c = nullptr;
         try {
-            c = completion::make(block, block_size, std::move(own_handler), std::move(exception), std::move(*result));
+            c = construct_op<completion>(block, alloc, std::move(own_handler), std::move(exception),
+                                         std::move(*result));
         } catch (...) {
             // The handler's move threw: as on the general path, nobody can be told.
             return true;
@@ -726,24 +683,21 @@ public:
     entry_op(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener)
         : entry_base(std::move(core), options, Kind),
           opener_(std::move(opener)),
-          work_(asio::prefer(asio::get_associated_executor(handler), asio::execution::outstanding_work.tracked)),
+          work_(handler),
           body_(std::in_place, std::forward<G>(body)),
           handler_(std::forward<H>(handler)) {}
 
 private:
     /// Installed before the entry is queued, so a grant racing with us on
-    /// another thread never finds the slot half-built. The slot is cleared
-    /// in finish(), on the handler's executor, like Asio's own operations.
-    /// (The op does not keep the slot: the handler hands out the same one
-    /// again in finish(), and a parked entry is a word smaller.) Out of
-    /// memory for the handler, the entry completes with `executor` without
-    /// queueing (false): waiting with no way to be cancelled is not what
-    /// the caller asked for.
+    /// another thread never finds the slot half-built; cleared by the
+    /// completion routine (cancellation.hpp). Typed on entry_base: one
+    /// cancellation handler type for every entry. Out of memory for the
+    /// handler, the entry completes with `executor` without queueing (false):
+    /// waiting with no way to be cancelled is not what the caller asked for.
     bool install_cancellation_handler() noexcept {
-        auto slot = asio::get_associated_cancellation_slot(handler_);
-        if (!slot.is_connected()) return true;
         try {
-            slot.template emplace<cancel_handler>(this);
+            connect_cancellation<&entry_base::cancel_waiting>(asio::get_associated_cancellation_slot(handler_),
+                                                              static_cast<entry_base*>(this));
             return true;
         } catch (...) {
             reject_counted(session_entry_errc::executor,
@@ -752,59 +706,41 @@ private:
         }
     }
 
-    struct cancel_handler {
-        explicit cancel_handler(entry_base* o) noexcept : op(o) {}
-        entry_base* op;
-        void operator()(asio::cancellation_type_t type) const {
-            if (cancel_requested(type)) op->cancel_waiting();
-        }
-    };
-
     // The completion's upcall and its disposal unrun (entry_base's
-    // op_handoff calls them): finish() passes the gate after the upcall.
+    // completion_handoff calls them).
     void upcall() override { finish(); }
     void discard() noexcept override { destroy(); }
 
-    /// co_spawn's completion for an asynchronous body.
-    struct async_completion {
-        entry_op* op;
-        explicit async_completion(entry_op* o) noexcept : op(o) {}
-        async_completion(async_completion&& other) noexcept : op(std::exchange(other.op, nullptr)) {}
-        async_completion& operator=(async_completion&&) = delete;
-        ~async_completion() {
-            if (op != nullptr) op->body_dropped();
-        }
-        void operator()(std::exception_ptr e) {
-            entry_op* o = std::exchange(op, nullptr);
+    /// co_spawn's completion for an asynchronous body: stores the body's
+    /// outcome and finishes the entry; dropped unrun (co_spawn destroyed the
+    /// coroutine), it finishes the entry with `executor`.
+    struct async_completion_policy {
+        static void run(entry_op& op, std::exception_ptr e) {
             if (e)
-                o->exception_ = std::move(e);
+                op.exception_ = std::move(e);
             else if constexpr (std::is_void_v<R>)
-                o->value_ = true;
-            o->body_finished();
+                op.value_ = true;
+            op.body_finished();
         }
         template <class V>
-        void operator()(std::exception_ptr e, V&& value) {
-            entry_op* o = std::exchange(op, nullptr);
+        static void run(entry_op& op, std::exception_ptr e, V&& value) {
             if (e)
-                o->exception_ = std::move(e);
+                op.exception_ = std::move(e);
             else
-                o->value_.emplace(std::forward<V>(value));
-            o->body_finished();
+                op.value_.emplace(std::forward<V>(value));
+            op.body_finished();
         }
+        static void drop(entry_op& op) noexcept { op.body_dropped(); }
     };
+    using async_completion = op_function<entry_op, async_completion_policy>;
 
     /// Hands `fn` to the caller's executor, from any thread, through the op's
-    /// hand-off gate (handoff.hpp): `fn` passes the gate before it may reach the
-    /// handler, so this thread has finished touching the caller's executor and
-    /// context before the caller can see its completion (S16).
-    /// The handler's executor without the tracked work (for a body's
-    /// executor; hops make their own copy inside the hand-off, see hop()).
-    auto plain_executor() const noexcept { return asio::prefer(work_, asio::execution::outstanding_work.untracked); }
-
+    /// hand-off gate (op_work::hand_off): `fn` passes the gate before it may
+    /// reach the handler, so this thread has finished touching the caller's
+    /// executor and context before the caller can see its completion (S16).
     template <class Function>
     void hop(bool may_dispatch, Function&& fn) {
-        // (The untracked copy is made inside the hand-off: see hand_off_untracked.)
-        hand_off_untracked(work_, gate_, std::forward<Function>(fn), may_dispatch);
+        work_.hand_off(gate_, std::forward<Function>(fn), may_dispatch);
     }
 
     /// Hands `fn` over, or parks the entry when that failed for want of
@@ -813,7 +749,7 @@ private:
     template <class Function>
     bool hand_off_or_park(bool may_dispatch, Function fn, parked_handoff what) noexcept {
         if (try_hand_off(fn, [&](Function&& f) { hop(may_dispatch, std::move(f)); })) return true;
-        fn.release();
+        (void)fn.release();
         retry_later(what);
         return false;
     }
@@ -824,16 +760,16 @@ private:
 
     bool retry_handoff(parked_handoff what) noexcept override {
         if (what == parked_handoff::completion)
-            return op_handoff<entry_base>::try_hand_off(this, work_, /*may_dispatch=*/false);
+            return completion_handoff<entry_base>::try_hand_off(this, work_.executor(), /*may_dispatch=*/false);
         caller_runner fn(this);
         if (try_hand_off(fn, [&](caller_runner&& f) { hop(false, std::move(f)); })) return true;
-        fn.release();
+        (void)fn.release();
         return false;
     }
 
     asio::any_io_executor caller_executor() const override {
         if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>) {
-            return unwrap_executor(asio::any_io_executor(plain_executor()));
+            return unwrap_executor(asio::any_io_executor(work_.untracked()));
         } else {
             // Executors that cannot be type-erased as an I/O executor (such as
             // use_future's, which runs everything inline) have no thread of
@@ -919,8 +855,7 @@ private:
                 auto body = std::invoke(*body_, arg);
                 asio::co_spawn(std::move(ex), std::move(body), std::move(done));
             } catch (...) {
-                if (done.op == nullptr) return;
-                done.op = nullptr;
+                if (done.release() == nullptr) return;
                 exception_ = std::current_exception();
                 body_finished();
             }
@@ -943,27 +878,14 @@ private:
         // it frees the op; out of memory, the entry is parked and the
         // completion posted again later (S19). The posted function itself
         // counts as work while it is queued.
-        if (!op_handoff<entry_base>::try_hand_off(this, work_, may_dispatch)) retry_later(parked_handoff::completion);
+        if (!completion_handoff<entry_base>::try_hand_off(this, work_.executor(), may_dispatch))
+            retry_later(parked_handoff::completion);
     }
 
-    /// On the handler's executor: clear the slot, release the tracked work,
-    /// destroy the body, call the handler, and pass the hand-off gate.
-    ///
-    /// With our own allocator (the default), the gate is passed after the
-    /// upcall: the poster may still be inside `post` (returning from the
-    /// syscall that woke this thread), and the caller need not wait for that.
-    /// This is safe because this function runs inside the caller's context
-    /// (its run loop, a strand's invoker): the context cannot be destroyed
-    /// before we return, and we return only once the poster has left (S16).
-    /// The op's memory, which holds the gate, is then freed after the upcall;
-    /// everything with a visible destructor (the body and its captures, the
-    /// value, the tracked work) is gone before it, as with Asio's own ops.
-    /// A handler with an allocator of its own gets Asio's order exactly:
-    /// pass the gate, free the op, then call the handler.
+    /// On the handler's executor: destroys the body (and its captures) and
+    /// the value's husk, then completes (complete_op: the slot, the tracked
+    /// work, the upcall, the gate and the op's memory, in that routine's order).
     void finish() {
-        if (auto slot = asio::get_associated_cancellation_slot(handler_); slot.is_connected()) slot.clear();
-        allocator_type alloc(asio::get_associated_allocator(handler_, entry_allocator<void>()));
-        Handler handler(std::move(handler_));
         std::exception_ptr exception = std::move(exception_);
         result_type result = take_result();
         body_.reset();
@@ -971,26 +893,7 @@ private:
             value_ = false;
         else
             value_.reset();  // (not `= {}`: GCC 12 at -O1 warns maybe-uninitialized on that)
-        // This function is itself queued work of the context while it runs,
-        // so the count cannot reach zero here; and the handler sees no work of
-        // ours outstanding. ([[maybe_unused]]: Boost.Asio's system executor is
-        // trivially destructible, and clang then calls the variable unused.)
-        { [[maybe_unused]] const work_executor released(std::move(work_)); }
-        if constexpr (std::is_same_v<handler_allocator, entry_allocator<void>>) {
-            struct after_upcall {
-                entry_op* op;
-                allocator_type alloc;
-                ~after_upcall() {
-                    op->gate_.pass();
-                    op->destroy(alloc);
-                }
-            } const done{this, alloc};
-            std::move(handler)(std::move(exception), std::move(result));
-        } else {
-            gate_.pass();
-            destroy(alloc);
-            std::move(handler)(std::move(exception), std::move(result));
-        }
+        complete_op<entry_op>(this, handler_, work_, gate_, std::move(exception), std::move(result));
     }
 
     result_type take_result() {
@@ -1006,20 +909,12 @@ private:
         return result_type(tl::unexpected<session_entry_error>(body_threw_error(core()->name())));
     }
 
-    void destroy() noexcept {
-        destroy(allocator_type(asio::get_associated_allocator(handler_, entry_allocator<void>())));
-    }
-    // Asio frees an op's memory before calling the handler, so that the
-    // handler may start the next operation in the same recycled block; we do
-    // so for handlers with their own allocator, and after the upcall with our
-    // per-thread cache, which keeps a few blocks (see finish()).
-    void destroy(allocator_type alloc) noexcept { free_op(this, alloc); }
+    void destroy() noexcept { free_op(this, op_allocator_for<entry_op>(handler_)); }
 
     [[no_unique_address]] Opener opener_;
     // The handler's executor, tracked: it keeps the caller's context running
-    // while the entry waits or runs elsewhere. The op keeps no second, plain
-    // copy (an executor is up to 7 words): hops derive one inside the hand-off.
-    work_executor work_;
+    // while the entry waits or runs elsewhere (op_work.hpp).
+    op_work<Handler> work_;
     // In an optional so that finish() can destroy the body (and its captures)
     // before the upcall, even when the op itself is freed after it.
     std::optional<std::decay_t<F>> body_;

@@ -52,7 +52,7 @@ public:
 
     /// Starts every entry in `granted` (FIFO order), after handing off the
     /// ready chain `handoffs` that a release or cancel gave this thread.
-    static void start_granted(waiter_list granted, permit_waiter* handoffs = nullptr) noexcept;
+    static void start_granted(waiter_list granted, entry_node* handoffs = nullptr) noexcept;
 
 private:
     std::string name_;

@@ -11,13 +11,14 @@
 //  * The queue never runs user code and never resumes anybody. Every mutating
 //    call hands back the list of waiters it granted (in FIFO order); the caller
 //    resumes them after the lock is released, on their own executors.
+//  * The start order of the bodies it grants (S17) is the start sequencer's
+//    (start_order.hpp), which the queue informs of every grant under its lock.
 //  * One mutex guards everything. Admission is a handful of loads and stores
-//    under it; a lock-free fast path was measured and did not pay on the
-//    workloads in bench/admission (the executor hops dominate). What did pay
-//    is taking the lock fewer times: an entry admitted at once that may start
-//    inline learns so in acquire's own critical section (granted_inline), and
-//    not sleeping for it: the mutex polls briefly before it sleeps
-//    (brief_mutex), since its holder is most likely about to leave.
+//    under it, and an entry's cost is dominated by its executor hops, not by
+//    this lock; what matters is taking it few times (an entry admitted at once
+//    that may start inline learns so in acquire's own critical section,
+//    granted_inline) and not sleeping for it: the mutex polls briefly before
+//    it sleeps (brief_mutex), since its holder is most likely about to leave.
 //
 // No Asio here: the queue is tested step by step in tests/admission/permit_queue_test.cpp.
 
@@ -28,107 +29,10 @@
 #include <mutex>
 
 #include "tenferro/detail/brief_mutex.hpp"
+#include "tenferro/detail/permit_waiter.hpp"
+#include "tenferro/detail/start_order.hpp"
 
 namespace tenferro::detail {
-
-/// An intrusive queue node. Embedded in every entry's operation state.
-struct permit_waiter {
-    enum class state : std::uint8_t {
-        idle,     // not yet offered to the queue
-        waiting,  // linked in the queue
-        granted,  // owns `permits` permits
-        removed,  // left the queue without permits (cancelled, shut down, poisoned)
-    };
-
-    permit_waiter* prev_ = nullptr;
-    permit_waiter* next_ = nullptr;
-    std::size_t permits_ = 1;
-    state state_ = state::idle;
-
-    // Start order (S17). A waiter whose body starts on its caller's executor
-    // (caller placement, scopes) could, when admitted inside its initiating
-    // function, run its body inline there, ahead of bodies granted before it
-    // whose runners were posted and have not run yet. The queue counts such
-    // granted-but-unstarted waiters and tells an entry admitted at once whether
-    // it may start inline.
-    //
-    // Runners are handed to executors in grant order, too: each such waiter
-    // joins the queue's hand-off list at its grant and leaves it when it is
-    // handed to its executor (or rejected before that). Whoever finds the head
-    // of that list ready hands off the ready prefix, one thread at a time, so a
-    // grant made later on another thread can never be posted first.
-    bool starts_on_caller_ = false;  // set by the entry before acquire
-    // Set by the entry before acquire: nothing needs to run between its grant
-    // and its hand-off (no observer hook, no cache claim), so a grant made by
-    // release() or cancel() marks it ready at once, in the same critical
-    // section, and the granting thread may hand it off without locking again.
-    bool ready_at_grant_ = false;
-    bool start_counted_ = false;     // counted in the queue's unstarted count
-    bool may_start_inline_ = false;  // set at the grant: no earlier grant is unstarted
-    bool handoff_listed_ = false;    // in the hand-off list
-    bool handoff_ready_ = false;     // its hook ran; it may be handed to its executor
-    permit_waiter* handoff_prev_ = nullptr;
-    permit_waiter* handoff_next_ = nullptr;
-};
-
-/// A FIFO list of waiters threaded through their own nodes.
-class waiter_list {
-public:
-    waiter_list() = default;
-    waiter_list(waiter_list&& other) noexcept : head_(other.head_), tail_(other.tail_), size_(other.size_) {
-        other.head_ = other.tail_ = nullptr;
-        other.size_ = 0;
-    }
-    waiter_list& operator=(waiter_list&& other) noexcept {
-        head_ = other.head_;
-        tail_ = other.tail_;
-        size_ = other.size_;
-        other.head_ = other.tail_ = nullptr;
-        other.size_ = 0;
-        return *this;
-    }
-    waiter_list(const waiter_list&) = delete;
-    waiter_list& operator=(const waiter_list&) = delete;
-
-    bool empty() const noexcept { return head_ == nullptr; }
-    std::size_t size() const noexcept { return size_; }
-    permit_waiter* front() const noexcept { return head_; }
-
-    void push_back(permit_waiter& w) noexcept {
-        w.prev_ = tail_;
-        w.next_ = nullptr;
-        if (tail_ != nullptr)
-            tail_->next_ = &w;
-        else
-            head_ = &w;
-        tail_ = &w;
-        ++size_;
-    }
-
-    void unlink(permit_waiter& w) noexcept {
-        if (w.prev_ != nullptr)
-            w.prev_->next_ = w.next_;
-        else
-            head_ = w.next_;
-        if (w.next_ != nullptr)
-            w.next_->prev_ = w.prev_;
-        else
-            tail_ = w.prev_;
-        w.prev_ = w.next_ = nullptr;
-        --size_;
-    }
-
-    permit_waiter* pop_front() noexcept {
-        permit_waiter* w = head_;
-        if (w != nullptr) unlink(*w);
-        return w;
-    }
-
-private:
-    permit_waiter* head_ = nullptr;
-    permit_waiter* tail_ = nullptr;
-    std::size_t size_ = 0;
-};
 
 /// What `permit_queue::acquire` decided.
 enum class acquire_outcome : std::uint8_t {
@@ -155,17 +59,19 @@ struct permit_counters {
 class permit_queue {
 public:
     permit_queue(std::size_t permits, std::size_t max_waiters) noexcept;
+    permit_queue(const permit_queue&) = delete;
+    permit_queue& operator=(const permit_queue&) = delete;
 
     /// Offers `w` (with `w.permits_` set) to the queue. FIFO, no barging.
     ///
     /// `start_inline_if_clear` (an entry in its initiating function, S17):
-    /// when `w` is granted at once, is `starts_on_caller_` and
-    /// `ready_at_grant_`, and no earlier grant is unstarted, the queue answers
-    /// `granted_inline` and leaves `w` out of the hand-off list, in the same
-    /// critical section; the caller starts it without asking the queue again
-    /// (the caller-placement round trip takes the queue's lock twice, not four
-    /// times).
-    acquire_outcome acquire(permit_waiter& w, bool may_wait, bool start_inline_if_clear = false);
+    /// when `w` is granted at once, is ready at its grant
+    /// (start_sequencer::ready_at_grant) and no earlier grant is unstarted,
+    /// the queue answers `granted_inline` and leaves `w` out of the hand-off
+    /// list, in the same critical section; the caller starts it without asking
+    /// the queue again (the caller-placement round trip takes the queue's lock
+    /// twice, not four times).
+    acquire_outcome acquire(entry_node& w, bool may_wait, bool start_inline_if_clear = false);
     /// The inline fast path's acquire (entry_op::try_run_inline): grants `w`
     /// exactly when acquire would answer `granted_inline` for a caller-started
     /// waiter ready at its grant, and
@@ -181,16 +87,17 @@ public:
     /// returned for the caller to resume.
     ///
     /// With `handoffs`, the caller takes part in the hand-off (S17): granted
-    /// waiters marked `ready_at_grant_` are not returned in the list but made
-    /// ready in the hand-off list, and if this thread may hand off now, the
-    /// ready chain comes back in `*handoffs` (with the hand-off role, as from
-    /// next_handoffs()). Without it, every grant is returned in the list.
-    waiter_list release(std::size_t n, permit_waiter** handoffs = nullptr);
+    /// waiters ready at their grant (start_sequencer::ready_at_grant) are not
+    /// returned in the list but made ready in the hand-off list, and if this
+    /// thread may hand off now, the ready chain comes back in `*handoffs`
+    /// (with the hand-off role, as from start_sequencer::next_handoffs()).
+    /// Without it, every grant is returned in the list.
+    waiter_list release(std::size_t n, entry_node** handoffs = nullptr);
 
     /// Removes `w` if it is still waiting (returns true) and re-offers the free
     /// permits, since `w` may have been a weighted head blocking smaller waiters.
     /// Those newly granted are appended to `granted` (`handoffs`: as for release).
-    bool cancel(permit_waiter& w, waiter_list& granted, permit_waiter** handoffs = nullptr);
+    bool cancel(entry_node& w, waiter_list& granted, entry_node** handoffs = nullptr);
 
     /// Marks the queue poisoned and hands back every waiter, now removed.
     waiter_list poison();
@@ -200,38 +107,12 @@ public:
     /// Entries admitted without a permit grant (sessions inside an execution
     /// scope reuse the scope's permit) still count as admitted and completed;
     /// `w` is granted as far as start order is concerned (S17).
-    void note_admitted_without_permits(permit_waiter& w);
+    void note_admitted_without_permits(entry_node& w);
     void note_completed_without_permits();
     void note_rejected();
 
-    /// The body of granted waiter `w` starts now (or never will): it no longer
-    /// holds back bodies granted after it (S17). Idempotent; any thread.
-    void note_started(permit_waiter& w) noexcept {
-        if (w.start_counted_) {
-            w.start_counted_ = false;
-            unstarted_.fetch_sub(1, std::memory_order_release);
-        }
-    }
-
-    /// Granted waiter `w` (starts_on_caller_) may be handed to its executor.
-    /// Returns the waiters to hand off now, in grant order (chained through
-    /// handoff_next_), when this thread is to do it; empty when an earlier
-    /// grant is not ready yet or another thread is handing off (it will hand
-    /// off `w` too). Whoever receives a non-empty chain must hand it off and
-    /// then call next_handoffs() until that returns null.
-    ///
-    /// `inline_candidate`: `w` was admitted inside its initiating function
-    /// with nothing unstarted before it. If it heads the list it is returned
-    /// alone (`took_alone`), without the hand-off role: the caller starts it,
-    /// then calls next_handoffs(false).
-    permit_waiter* ready_for_handoff(permit_waiter& w, bool inline_candidate, bool& took_alone);
-    /// `w` will not be handed off (rejected after its grant); like
-    /// ready_for_handoff, may hand the caller the chain it unblocked.
-    permit_waiter* abandon_handoff(permit_waiter& w);
-    /// The next ready chain for the thread that is handing off (`has_role`),
-    /// or for a thread that may take the role if nobody holds it; null when
-    /// there is none (the role, if held, is then given up).
-    permit_waiter* next_handoffs(bool has_role = true);
+    /// The start order of the bodies this queue grants (S17).
+    start_sequencer& start_order() noexcept { return start_order_; }
 
     /// A hint, stale as soon as it is read: whether a newcomer asking for `n`
     /// permits would be admitted at once (nobody waits, `n` are free, and the
@@ -264,13 +145,7 @@ private:
     bool admits_at_once_locked(const permit_waiter& w) const noexcept {
         return waiters_.empty() && w.permits_ <= available_;
     }
-    /// S17: nothing granted earlier is unstarted (every such grant is counted
-    /// until its body starts) or waiting for its hand-off, so a grant made now
-    /// may start inline without overtaking one.
-    bool nothing_unstarted_locked() const noexcept {
-        return handoff_head_ == nullptr && unstarted_.load(std::memory_order_relaxed) == 0;
-    }
-    void grant_fitting_locked(waiter_list& granted, permit_waiter** handoffs);
+    void grant_fitting_locked(waiter_list& granted, entry_node** handoffs);
     /// Refreshes likely_admits_at_once's hint; called by every locked
     /// operation that changes the free permits, the waiters or whether the
     /// queue admits at all. Stored only when it changes: enter() reads it on
@@ -279,13 +154,9 @@ private:
         const std::size_t hint = admits_locked() && waiters_.empty() ? available_ : 0;
         if (at_once_hint_.load(std::memory_order_relaxed) != hint) at_once_hint_.store(hint, std::memory_order_relaxed);
     }
-    /// Grants `w` its permits (already taken from available_). A waiter that
-    /// starts on its caller joins the hand-off list (`ready`: may be handed off
-    /// at once), unless `listed` is false (an inline start, see acquire).
-    void grant_locked(permit_waiter& w, bool ready = false, bool listed = true) noexcept;
-    permit_waiter* take_ready_handoffs_locked() noexcept;
-    void unlink_handoff_locked(permit_waiter& w) noexcept;
-    permit_waiter* claim_handoffs_locked() noexcept;
+    /// Grants `w` its permits (already taken from available_) and tells the
+    /// start order (`ready`, `listed`: start_sequencer::granted_locked).
+    void grant_locked(entry_node& w, bool ready = false, bool listed = true) noexcept;
     waiter_list drain_locked();
 
     mutable brief_mutex mutex_;
@@ -297,23 +168,11 @@ private:
     std::size_t available_;
     std::size_t nested_running_ = 0;
     std::uint64_t admitted_ = 0, completed_ = 0, rejected_ = 0, cancelled_ = 0;
-    // Granted waiters with starts_on_caller_ whose bodies have not started.
-    // Incremented under the lock (so a grant sees every earlier grant's count),
-    // decremented without it by note_started (a stale read only costs a post).
-    std::atomic<std::size_t> unstarted_{0};
     // likely_admits_at_once's hint: the free permits when nobody waits and
     // the queue admits (not poisoned, not shut down), else 0. Written under
     // the lock, read without it.
     std::atomic<std::size_t> at_once_hint_;
-    // The hand-off list (S17), and whether a thread is handing off from it.
-    permit_waiter* handoff_head_ = nullptr;
-    permit_waiter* handoff_tail_ = nullptr;
-    // Who hands off: nobody, a thread (busy), or a thread that must look
-    // again before it stops because entries became ready meanwhile. Changed
-    // under the lock, except busy -> idle, the handing-off thread's lock-free
-    // way out when nothing came meanwhile.
-    enum : unsigned char { role_idle, role_busy, role_busy_more };
-    std::atomic<unsigned char> handoff_role_{role_idle};
+    start_sequencer start_order_{mutex_};  // guarded by mutex_ (its own *_locked members)
     // Written under the lock, read without it.
     std::atomic<bool> poisoned_{false};
     std::atomic<bool> shut_down_{false};

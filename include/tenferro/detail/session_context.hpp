@@ -23,10 +23,11 @@
 #include <cstddef>
 #include <memory>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 
 #include "tenferro/asio.hpp"
+
+#include "tenferro/detail/async/executor_target.hpp"
 
 namespace tenferro::detail {
 
@@ -110,11 +111,9 @@ private:
     std::shared_ptr<session_context> ctx_;
 };
 
-/// The session_executor inside `ex`, if that is what it wraps. (Asio 1.22's
-/// `any_executor::target<T>()` does not check the type itself.)
+/// The session_executor inside `ex`, if that is what it wraps.
 inline const session_executor* as_session_executor(const asio::any_io_executor& ex) noexcept {
-    if (!ex || ex.target_type() != typeid(session_executor)) return nullptr;
-    return ex.target<session_executor>();
+    return executor_target<session_executor>(ex);
 }
 
 /// The active session context an executor carries, if any.

@@ -1,6 +1,8 @@
-#include "tenferro/detail/entry_memory.hpp"
+// The per-thread op cache of include/tenferro/detail/async/op_allocator.hpp.
 
-#include "admission/fast_tls.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
+
+#include "async/fast_tls.hpp"
 
 #include <pthread.h>
 
@@ -11,24 +13,24 @@ namespace tenferro::detail {
 namespace {
 
 // Blocks are rounded up to 16 bytes (malloc's own granule and alignment): one
-// cached block then serves every entry type up to its size. (They were cache
-// lines once, 64 bytes, aligned: up to ~100 bytes more per parked entry.)
+// cached block then serves every op type up to its size, and a parked op pays
+// no more than malloc would round to anyway.
 constexpr std::size_t granule = 16;
-constexpr std::size_t slots = 8;  // enough for a few outstanding entries per thread
+constexpr std::size_t slots = 8;  // enough for a few outstanding ops per thread
 
 std::size_t rounded(std::size_t size) noexcept { return (size + granule - 1) / granule * granule; }
 
 // The cache is plain data (constant-initialised, no destructor), so that the
 // hot path reads it at a fixed offset from the thread pointer. A thread_local
 // with a destructor needs a guard, and the guard of such a variable goes
-// through __tls_get_addr even with the initial-exec model (~22 instructions per
-// entry). The blocks a thread leaves cached are freed at its exit by the
-// destructor of a pthread key, set once per thread, when its cache first keeps
-// a block. (Not by a thread_local with a destructor: glibc registers that
-// destructor with an allocation at the variable's first use and aborts the
-// process when the allocation fails, "failed to register TLS destructor"; S19
-// found it. pthread_setspecific needs no memory for the first 32 keys of a
-// process, and reports ENOMEM instead of aborting for the others.)
+// through __tls_get_addr even with the initial-exec model. The blocks a thread
+// leaves cached are freed at its exit by the destructor of a pthread key, set
+// once per thread, when its cache first keeps a block. (Not by a thread_local
+// with a destructor: glibc registers that destructor with an allocation at the
+// variable's first use and aborts the process when the allocation fails,
+// "failed to register TLS destructor" (S19). pthread_setspecific needs no
+// memory for the first 32 keys of a process, and reports ENOMEM instead of
+// aborting for the others.)
 struct thread_cache {
     struct block {
         void* p;
@@ -46,7 +48,7 @@ void empty_thread_cache(void*) noexcept {
         if (b.p != nullptr) ::operator delete(b.p);
         b.p = nullptr;
     }
-    // Entries freed later in this thread's exit (other keys' destructors) go
+    // Ops freed later in this thread's exit (other keys' destructors) go
     // straight back to the heap.
     cache.state = thread_cache::phase::closed;
 }
@@ -67,7 +69,7 @@ struct cleanup_key {
 
 }  // namespace
 
-void* allocate_entry_memory(std::size_t size) {
+void* allocate_op_memory(std::size_t size) {
     const std::size_t want = rounded(size);
     for (auto& b : cache.blocks) {
         if (b.p != nullptr && b.size >= want) {
@@ -79,7 +81,7 @@ void* allocate_entry_memory(std::size_t size) {
     return ::operator new(want);
 }
 
-void deallocate_entry_memory(void* p, std::size_t size) noexcept {
+void deallocate_op_memory(void* p, std::size_t size) noexcept {
     const std::size_t have = rounded(size);
     if (cache.state != thread_cache::phase::caching) {
         if (cache.state == thread_cache::phase::closed) {
@@ -101,7 +103,7 @@ void deallocate_entry_memory(void* p, std::size_t size) noexcept {
     ::operator delete(p);
 }
 
-void reserve_entry_memory(std::size_t size) {
+void reserve_op_memory(std::size_t size) {
     const std::size_t want = rounded(size);
     thread_cache::block* slot = nullptr;
     for (auto& b : cache.blocks) {

@@ -1,7 +1,7 @@
 #pragma once
 // Thread-locals in a shared library default to the general-dynamic TLS model:
-// every access is a call to __tls_get_addr, which showed up at 3 % of a session
-// entry's profile. The library is linked at start-up (not dlopen'ed), so the
+// every access is a call to __tls_get_addr, on the hot path of every session
+// entry and hand-off. The library is linked at start-up (not dlopen'ed), so the
 // initial-exec model, a plain offset from the thread pointer, is safe.
 #if defined(__GNUC__) || defined(__clang__)
 #define TENFERRO_FAST_TLS __attribute__((tls_model("initial-exec")))

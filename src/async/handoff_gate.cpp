@@ -1,11 +1,11 @@
-// The rendezvous of include/tenferro/detail/handoff.hpp.
+// The rendezvous of include/tenferro/detail/async/handoff_gate.hpp.
 
-#include "tenferro/detail/handoff.hpp"
+#include "tenferro/detail/async/handoff_gate.hpp"
 
 #include <thread>
 
-#include "admission/cpu_relax.hpp"
-#include "admission/fast_tls.hpp"
+#include "async/cpu_relax.hpp"
+#include "async/fast_tls.hpp"
 
 namespace tenferro::detail {
 namespace {
@@ -60,7 +60,7 @@ void handoff_gate::pass() noexcept {
         // thread, while its storage is still ours. Left closed, the next
         // pass() of this gate (the same operation's completion, after a
         // failed post of its runner) would wait forever for a poster that has
-        // left (S19: found by the allocation-failure loop).
+        // left (S19).
         posting_gate = nullptr;
         state_.store(open, std::memory_order_relaxed);
         return;

@@ -31,11 +31,9 @@
 // poster then leaves the gate alone, since its storage may already be gone.
 //
 // Every asynchronous operation of the library hands its completion over this
-// way: session entries (entry_op.hpp) and the .npy operations (io.hpp).
+// way (completion.hpp), and a session entry its caller-placed body's runner.
 
 #include <atomic>
-#include <type_traits>
-#include <typeinfo>
 #include <utility>
 
 #include "tenferro/asio.hpp"
@@ -89,7 +87,18 @@ private:
     handoff_gate* previous_;  // an outer hand-off on this thread (a handler run inline)
 };
 
-/// The post or dispatch itself; the callers below hold the gate around it.
+/// The post or dispatch of a hand-off itself, without a gate: the caller
+/// holds one around it (hand_off_untracked, op_work.hpp), or needs none (it
+/// posts from a thread of the target context, which cannot be destroyed
+/// before that thread returns).
+///
+/// A post is marked as a continuation (Asio's `relationship.continuation`):
+/// what we hand over continues the flow of the thread that hands it over (a
+/// body that released its permits, an initiation). When that thread runs
+/// inside the target context, Asio then queues `fn` on the thread's private
+/// queue, to run after the current handler, instead of taking the context's
+/// lock and waking another of its threads; from any other thread the hint
+/// changes nothing.
 template <class Executor, class Function>
 void hand_off_unguarded(const Executor& ex, Function&& fn, bool may_dispatch) {
     if (may_dispatch) {
@@ -100,60 +109,6 @@ void hand_off_unguarded(const Executor& ex, Function&& fn, bool may_dispatch) {
     } else {
         asio::post(ex, std::forward<Function>(fn));
     }
-}
-
-/// Posts (or, with `may_dispatch`, dispatches) `fn` to `ex` under `gate`. `fn`
-/// must call `gate.pass()` when invoked and when destroyed unrun, as above.
-///
-/// A post is marked as a continuation (Asio's `relationship.continuation`):
-/// what we hand over continues the flow of the thread that hands it over (a
-/// body that released its permits, an initiation). When that thread runs
-/// inside the target context, Asio then queues `fn` on the thread's private
-/// queue, to run after the current handler, instead of taking the context's
-/// lock and waking another of its threads; from any other thread the hint
-/// changes nothing.
-template <class Executor, class Function>
-void hand_off(const Executor& ex, handoff_gate& gate, Function&& fn, bool may_dispatch) {
-    const handoff_scope scope(gate);
-    hand_off_unguarded(ex, std::forward<Function>(fn), may_dispatch);
-}
-
-/// As hand_off, through an untracked copy of the work-tracking executor
-/// `tracked`, made after the gate closes and destroyed before it opens: an
-/// executor copy may hold a reference into the caller's context (a strand's
-/// implementation, owned by a service of the context), so destroying it after
-/// the gate opened would race with a caller that destroys its context as soon
-/// as the handed-off function ran (S16; the strand teardown test in
-/// cpu_backend_test.cpp caught exactly that under ASan).
-///
-/// An io_context's own executor behind `any_io_executor` (the common case: a
-/// coroutine on an io_context) is unwrapped, and the untracked copy, the
-/// blocking and relationship properties and the post are done on its concrete
-/// type, where they are compiled in; through the type erasure each property
-/// builds another any_io_executor (~250 instructions per hop: a caller-placed
-/// round trip on the general path went from 2,426 to 1,926 with two hops). The
-/// same executor, so the same semantics (one
-/// nuance: a dispatch on the concrete type would use the function's associated
-/// allocator, which the type-erased one ignores; the library's hand-off
-/// functions have none).
-template <class Executor, class Function>
-void hand_off_untracked(const Executor& tracked, handoff_gate& gate, Function&& fn, bool may_dispatch) {
-    const handoff_scope scope(gate);
-#if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)
-    if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
-        using tracked_io = std::decay_t<decltype(asio::prefer(std::declval<asio::io_context::executor_type>(),
-                                                              asio::execution::outstanding_work.tracked))>;
-        // (any_executor::target does not check the type itself.)
-        if (tracked.target_type() == typeid(tracked_io)) {
-            hand_off_unguarded(
-                asio::prefer(*tracked.template target<tracked_io>(), asio::execution::outstanding_work.untracked),
-                std::forward<Function>(fn), may_dispatch);
-            return;
-        }
-    }
-#endif
-    const auto ex = asio::prefer(tracked, asio::execution::outstanding_work.untracked);
-    hand_off_unguarded(ex, std::forward<Function>(fn), may_dispatch);
 }
 
 }  // namespace tenferro::detail

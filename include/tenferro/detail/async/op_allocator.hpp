@@ -1,0 +1,125 @@
+#pragma once
+// Operation storage. Every asynchronous operation of the library (a session
+// entry, a batch item, a .npy read or write) is one heap block, its "op",
+// allocated with the completion handler's associated allocator and freed with
+// it, as Asio's own operations are.
+//
+// A handler that names no allocator gets op_allocator: a small per-thread
+// cache of blocks (src/async/op_allocator.cpp). An op is allocated where it is
+// initiated and freed where its handler runs: for a coroutine, the same I/O
+// thread. Asio's own recycling cache would serve it, but on that thread it is
+// shared with the blocks of every hop back from the compute workers (allocated
+// on a worker, freed on the I/O thread), which keep evicting the op's larger
+// block; a cache used only for ops keeps a steady request loop off malloc.
+//
+// An op may live in a block sized for another type (`Block`): the completion
+// of an entry whose op could not be built reuses the op's block, and the
+// inline fast path's completion takes a block large enough for the op it may
+// turn into. The block is allocated and freed as a `Block` either way.
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "tenferro/asio.hpp"
+
+namespace tenferro::detail {
+
+/// A block of at least `size` bytes, aligned for any standard type: from this
+/// thread's cache when one is big enough.
+void* allocate_op_memory(std::size_t size);
+void deallocate_op_memory(void* p, std::size_t size) noexcept;
+/// Makes sure that this thread's next allocate_op_memory of up to `size`
+/// bytes is served from the cache, without allocating: throws std::bad_alloc
+/// now, where the caller may still throw, instead of there (an initiation
+/// that Asio runs inside a noexcept function, S19).
+void reserve_op_memory(std::size_t size);
+
+/// The allocator of ops whose handler names none: the per-thread cache.
+template <class T>
+struct op_allocator {
+    using value_type = T;
+    op_allocator() noexcept = default;
+    template <class U>
+    op_allocator(const op_allocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+    T* allocate(std::size_t n) {
+        // Over-aligned ops (a handler or body with alignas(64) members)
+        // bypass the cache, whose blocks have the default new alignment.
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+            return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+        else
+            return static_cast<T*>(allocate_op_memory(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+            ::operator delete(p, n * sizeof(T), std::align_val_t{alignof(T)});
+        else
+            deallocate_op_memory(p, n * sizeof(T));
+    }
+    template <class U>
+    bool operator==(const op_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+
+/// The allocator `Handler` is associated with, op_allocator by default.
+template <class Handler>
+using handler_allocator_t = asio::associated_allocator_t<Handler, op_allocator<void>>;
+
+/// True when `Handler` names no allocator of its own (its op lives in the
+/// per-thread cache).
+template <class Handler>
+inline constexpr bool uses_op_cache_v = std::is_same_v<handler_allocator_t<Handler>, op_allocator<void>>;
+
+/// The allocator a block of type `Block` for `Handler` is allocated with.
+template <class Block, class Handler>
+using op_allocator_t = typename std::allocator_traits<handler_allocator_t<Handler>>::template rebind_alloc<Block>;
+
+/// `handler`'s allocator for a `Block`.
+template <class Block, class Handler>
+op_allocator_t<Block, Handler> op_allocator_for(const Handler& handler) noexcept {
+    return op_allocator_t<Block, Handler>(asio::get_associated_allocator(handler, op_allocator<void>()));
+}
+
+/// A block of `Size` bytes with the default new alignment: the `Block` of an
+/// op that lives in a block sized for more than itself.
+template <std::size_t Size>
+struct alignas(__STDCPP_DEFAULT_NEW_ALIGNMENT__) op_block {
+    unsigned char bytes[Size];
+};
+
+/// Builds `Op` from `args` in `block`, a `Block` allocated with `alloc`; if
+/// that throws, the block is freed and the exception propagates.
+template <class Op, class Block, class Alloc, class... Args>
+Op* construct_op(Block* block, Alloc alloc, Args&&... args) {
+    static_assert(sizeof(Op) <= sizeof(Block) && alignof(Op) <= alignof(Block), "the op fits its block");
+    try {
+        return ::new (static_cast<void*>(block)) Op(std::forward<Args>(args)...);
+    } catch (...) {
+        std::allocator_traits<Alloc>::deallocate(alloc, block, 1);
+        throw;
+    }
+}
+
+/// Allocates a `Block` with `handler`'s associated allocator and builds `Op`
+/// in it, the handler its constructor's first argument. Nothing leaks if
+/// either step throws.
+template <class Op, class Block = Op, class Handler, class... Args>
+Op* make_op(Handler&& handler, Args&&... args) {
+    auto alloc = op_allocator_for<Block>(handler);
+    Block* block = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
+    return construct_op<Op>(block, alloc, std::forward<Handler>(handler), std::forward<Args>(args)...);
+}
+
+/// Destroys `op` and frees its block with `alloc` (an allocator of the block's
+/// type, taken from the handler before the handler moved out).
+template <class Op, class Alloc>
+void free_op(Op* op, Alloc alloc) noexcept {
+    using block = typename std::allocator_traits<Alloc>::value_type;
+    op->~Op();
+    std::allocator_traits<Alloc>::deallocate(alloc, reinterpret_cast<block*>(op), 1);
+}
+
+}  // namespace tenferro::detail
