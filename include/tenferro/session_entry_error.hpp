@@ -72,7 +72,7 @@ public:
 private:
     struct texts;  // the backend's name, the detail, a reference count
     // A parked entry keeps its failure as a code byte and the texts' pointer
-    // (detail/entry_op.hpp), and rebuilds the error from them.
+    // (detail/admission/entry_base.hpp), and rebuilds the error from them.
     // (The tag keeps `session_entry_error(code, {})` meaning an empty backend name.)
     friend class detail::entry_base;
     struct adopt_texts {};

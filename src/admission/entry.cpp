@@ -1,13 +1,13 @@
 // The handler-independent half of a session entry: admission decisions, the
-// runner, and the release path. See include/tenferro/detail/entry_op.hpp.
+// runner, and the release path. See include/tenferro/detail/admission/entry_op.hpp.
 
 #include <charconv>
 #include <new>
 #include <string>
 #include <utility>
 
+#include "tenferro/detail/admission/entry_op.hpp"
 #include "tenferro/detail/entry_awaitable.hpp"
-#include "tenferro/detail/entry_op.hpp"
 
 #include "async/fast_tls.hpp"
 

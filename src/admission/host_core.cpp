@@ -4,8 +4,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tenferro/detail/admission/entry_op.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
-#include "tenferro/detail/entry_op.hpp"
 
 namespace tenferro::detail {
 

@@ -4,7 +4,7 @@
 // With `asio::use_awaitable`, an entry is a coroutine of its own
 // (awaitable_entry) instead of the plain `async_initiate`. The difference is
 // one case: an entry admitted at once whose synchronous body runs inline on
-// the caller's thread (the inline fast path, entry_op.hpp). A handler must be
+// the caller's thread (the inline fast path, admission/inline_session.hpp). A handler must be
 // posted there — Asio never invokes a handler inside its initiating function
 // — but an awaiting coroutine is already running on its executor, so the
 // value is simply returned to it, as any awaitable that finishes without
@@ -27,7 +27,7 @@
 
 #include "tenferro/asio.hpp"
 
-#include "tenferro/detail/entry_op.hpp"
+#include "tenferro/detail/admission/entry_op.hpp"
 
 namespace tenferro::detail {
 
