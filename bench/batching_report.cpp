@@ -148,7 +148,7 @@ std::string markdown(const report& r) {
             best_timer_name = r.policies[i].name;
         }
     }
-    md += "\n**Targets (issue 13)**\n\n| target | measured | |\n|---|---|---|\n";
+    md += "\n**Targets (docs/bench-protocol.md, batching)**\n\n| target | measured | |\n|---|---|---|\n";
     md += format("| `batcher` p50 ≤ 1.05x `unbatched` p50 (one client) | %.2f / %.2f ms = %.3fx | %s |\n", b50, u50,
                  u50 > 0 ? b50 / u50 : 0.0, verdict(u50 > 0 && b50 <= 1.05 * u50));
     for (std::size_t i = 1; i + 1 < n; ++i) {

@@ -24,11 +24,11 @@
 #include <memory>
 #include <string>
 
-#include "cpu/ops/matmul_shape.hpp"
 #include "cpu/ops/op_support.hpp"
 #include "cpu/ops/packed_constant.hpp"
 #include "cpu/runtime_cache_state.hpp"
 #include "kernels/gemm.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
@@ -115,80 +115,7 @@ std::int64_t product(std::span<const std::int64_t> v) {
     return p;
 }
 
-std::string axes_str(const std::vector<std::int64_t>& v) { return to_string(std::span<const std::int64_t>(v)); }
-
 // ---- dot_general planning --------------------------------------------------
-
-struct dot_axes {
-    extents lb, rb, lc, rc, lf, rf;  // normalised: batch, contracting, free (each operand's order)
-};
-
-dot_axes check_dot_axes(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
-                        const dot_config& cfg) {
-    auto pair_counts = [&](const char* what, const std::vector<std::int64_t>& l, const std::vector<std::int64_t>& r) {
-        if (l.size() != r.size())
-            fail(op, std::string("lhs_") + what + " " + axes_str(l) + " names " + std::to_string(l.size()) +
-                         " axes of a (shape " + str(a.shape()) + ") but rhs_" + what + " " + axes_str(r) + " names " +
-                         std::to_string(r.size()) + " axes of b (shape " + str(b.shape()) + ")");
-    };
-    pair_counts("contracting", cfg.lhs_contracting, cfg.rhs_contracting);
-    pair_counts("batch", cfg.lhs_batch, cfg.rhs_batch);
-
-    dot_axes d;
-    auto normalise = [&](const std::vector<std::int64_t>& axes, const char* list, std::string_view operand,
-                         const const_tensor_view& v, std::uint32_t& used, extents& outv) {
-        for (std::int64_t ax : axes) {
-            const auto rank = static_cast<std::int64_t>(v.rank());
-            if (ax < -rank || ax >= rank)
-                fail(op, std::string(list) + " axis " + std::to_string(ax) + " is out of range for operand " +
-                             std::string(operand) + " of shape " + str(v.shape()) + " (rank " + std::to_string(rank) +
-                             ")");
-            const std::int64_t n = ax < 0 ? ax + rank : ax;
-            const std::uint32_t bit = std::uint32_t{1} << n;
-            if (used & bit)
-                fail(op, "axis " + std::to_string(ax) + " of operand " + std::string(operand) + " (shape " +
-                             str(v.shape()) + ") is named more than once in " + std::string(list) +
-                             " (contracting and batch axes must be distinct)");
-            used |= bit;
-            outv.push_back(n);
-        }
-    };
-    std::uint32_t used_a = 0, used_b = 0;
-    normalise(cfg.lhs_batch, "lhs_batch", "a", a, used_a, d.lb);
-    normalise(cfg.lhs_contracting, "lhs_contracting", "a", a, used_a, d.lc);
-    normalise(cfg.rhs_batch, "rhs_batch", "b", b, used_b, d.rb);
-    normalise(cfg.rhs_contracting, "rhs_contracting", "b", b, used_b, d.rc);
-
-    auto same_extents = [&](const char* what, const extents& l, const extents& r) {
-        for (std::size_t i = 0; i < l.size(); ++i)
-            if (a.shape()[static_cast<std::size_t>(l[i])] != b.shape()[static_cast<std::size_t>(r[i])])
-                fail(op, std::string(what) + " axis " + std::to_string(l[i]) + " of a (extent " +
-                             std::to_string(a.shape()[static_cast<std::size_t>(l[i])]) + ", shape " + str(a.shape()) +
-                             ") differs from " + what + " axis " + std::to_string(r[i]) + " of b (extent " +
-                             std::to_string(b.shape()[static_cast<std::size_t>(r[i])]) + ", shape " + str(b.shape()) +
-                             ")");
-    };
-    same_extents("contracting", d.lc, d.rc);
-    same_extents("batch", d.lb, d.rb);
-
-    for (std::size_t i = 0; i < a.rank(); ++i)
-        if (!(used_a & (std::uint32_t{1} << i))) d.lf.push_back(static_cast<std::int64_t>(i));
-    for (std::size_t i = 0; i < b.rank(); ++i)
-        if (!(used_b & (std::uint32_t{1} << i))) d.rf.push_back(static_cast<std::int64_t>(i));
-    const std::size_t out_rank = d.lb.size() + d.lf.size() + d.rf.size();
-    if (out_rank > max_rank)
-        fail(op, "the result of a (shape " + str(a.shape()) + ") and b (shape " + str(b.shape()) +
-                     ") would have rank " + std::to_string(out_rank) + ", more than " + std::to_string(max_rank));
-    return d;
-}
-
-extents dot_out_shape(const const_tensor_view& a, const const_tensor_view& b, const dot_axes& d) {
-    extents s;
-    for (std::int64_t ax : d.lb) s.push_back(a.shape()[static_cast<std::size_t>(ax)]);
-    for (std::int64_t ax : d.lf) s.push_back(a.shape()[static_cast<std::size_t>(ax)]);
-    for (std::int64_t ax : d.rf) s.push_back(b.shape()[static_cast<std::size_t>(ax)]);
-    return s;
-}
 
 // Strides an operand has once copied in `perm` order into a row-major buffer,
 // indexed by its original axes.
@@ -307,52 +234,6 @@ contraction_plan plan_dot_general(std::string_view op, const const_tensor_view& 
 }
 
 // ---- matmul planning -------------------------------------------------------
-
-}  // namespace
-
-matmul_dims check_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
-    require_float(op, "a", a.type());
-    require_same_dtype(op, "a", a.type(), "b", b.type());
-    if (a.rank() == 0 || b.rank() == 0)
-        fail(op, std::string("operand ") + (a.rank() == 0 ? "a" : "b") + " is a rank-0 scalar (a shape " +
-                     str(a.shape()) + ", b shape " + str(b.shape()) + "); matmul needs rank >= 1 (use mul)");
-    // Promote vectors: a [k] -> [1, k], b [k] -> [k, 1].
-    matmul_dims md;
-    const bool a_vec = md.a_vec = a.rank() == 1;
-    const bool b_vec = md.b_vec = b.rank() == 1;
-    extents &ash = md.ash, &ast = md.ast, &bsh = md.bsh, &bst = md.bst;
-    if (a_vec) {
-        ash = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{1, a.shape()[0]}));
-        ast = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{0, a.strides()[0]}));
-    } else {
-        ash = extents(a.shape());
-        ast = extents(a.strides());
-    }
-    if (b_vec) {
-        bsh = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{b.shape()[0], 1}));
-        bst = extents(std::span<const std::int64_t>(std::array<std::int64_t, 2>{b.strides()[0], 0}));
-    } else {
-        bsh = extents(b.shape());
-        bst = extents(b.strides());
-    }
-    const std::size_t ar = ash.size(), br = bsh.size();
-    const std::int64_t m = ash[ar - 2], k = ash[ar - 1], kb = bsh[br - 2], n = bsh[br - 1];
-    if (k != kb)
-        fail(op, "operand a has shape " + str(a.shape()) + " and b has shape " + str(b.shape()) + ": a's last axis (" +
-                     std::to_string(k) + ") differs from b's " + (b_vec ? "only axis (" : "second-to-last axis (") +
-                     std::to_string(kb) + ")");
-    const std::span<const std::int64_t> a_batch(ash.span().data(), ar - 2), b_batch(bsh.span().data(), br - 2);
-    md.batch = broadcast_shapes(op, "a", a_batch, "b", b_batch);
-    md.m = m;
-    md.n = n;
-    md.k = k;
-    md.out_shape = md.batch;
-    if (!a_vec) md.out_shape.push_back(m);
-    if (!b_vec) md.out_shape.push_back(n);
-    return md;
-}
-
-namespace {
 
 contraction_plan plan_matmul(std::string_view op, const const_tensor_view& a, const const_tensor_view& b,
                              const tensor_view& out, std::size_t threads) {
@@ -584,28 +465,3 @@ void cpu_session::matmul_into(const const_tensor_view& a, const const_tensor_vie
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-// The allocating forms (non-virtual, backend_session.hpp): validated as their
-// `_into` forms but under their own name, then the virtual `_into` form (whose
-// plan, keyed by the new output's row-major strides, is the cached one).
-
-tensor backend_session::dot_general(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg) {
-    constexpr std::string_view op = "dot_general";
-    detail::ops::require_float(op, "a", a.type());
-    detail::ops::require_same_dtype(op, "a", a.type(), "b", b.type());
-    const detail::extents shape = detail::dot_out_shape(a, b, detail::check_dot_axes(op, a, b, cfg));
-    tensor out = allocate(a.type(), shape.span());
-    dot_general_into(a, b, cfg, out.view(), 1.0, 0.0);
-    return out;
-}
-
-tensor backend_session::matmul(const const_tensor_view& a, const const_tensor_view& b) {
-    const detail::matmul_dims md = detail::check_matmul("matmul", a, b);
-    tensor out = allocate(a.type(), md.out_shape.span());
-    matmul_into(a, b, out.view());
-    return out;
-}
-
-}  // namespace tenferro

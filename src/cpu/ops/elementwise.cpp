@@ -5,12 +5,8 @@
 
 #include "kernels/elementwise.hpp"
 #include "cpu/ops/op_support.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
-
-// The op lists, expanded for cpu_session's `_into` forms and for
-// backend_session's allocating forms (end of file).
-#define TENFERRO_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(maximum) X(minimum)
-#define TENFERRO_UNARY_OPS(X) X(neg) X(abs) X(exp) X(log) X(tanh) X(sqrt) X(rsqrt) X(sigmoid) X(relu)
 
 namespace tenferro::detail {
 namespace {
@@ -111,12 +107,6 @@ bool dense_float_call(std::int64_t& n, const tensor_view& out, const auto&... in
 }
 
 // ---- binary -------------------------------------------------------------------
-
-extents check_binary(std::string_view op, const const_tensor_view& a, const const_tensor_view& b) {
-    require_float(op, "a", a.type());
-    require_same_dtype(op, "a", a.type(), "b", b.type());
-    return broadcast_shapes(op, "a", a.shape(), "b", b.shape());
-}
 
 void run_binary(cpu_session& s, binary_op op, const const_tensor_view& a, const const_tensor_view& b,
                 const tensor_view& out) {
@@ -271,40 +261,3 @@ void cpu_session::axpby_into(double alpha, const const_tensor_view& x, double be
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-// The allocating forms (non-virtual, backend_session.hpp): validated as their
-// `_into` forms but under their own name, then the virtual `_into` form.
-
-#define TENFERRO_BINARY_OP(name)                                                           \
-    tensor backend_session::name(const const_tensor_view& a, const const_tensor_view& b) { \
-        const detail::extents shape = detail::check_binary(#name, a, b);                   \
-        tensor out = allocate(a.type(), shape.span());                                     \
-        name##_into(a, b, out.view());                                                     \
-        return out;                                                                        \
-    }
-TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
-#undef TENFERRO_BINARY_OP
-
-#define TENFERRO_UNARY_OP(name)                                \
-    tensor backend_session::name(const const_tensor_view& x) { \
-        detail::ops::require_float(#name, "x", x.type());      \
-        tensor out = allocate(x.type(), x.shape());            \
-        name##_into(x, out.view());                            \
-        return out;                                            \
-    }
-TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
-#undef TENFERRO_UNARY_OP
-
-tensor backend_session::scale(const const_tensor_view& x, double alpha) {
-    detail::ops::require_float("scale", "x", x.type());
-    tensor out = allocate(x.type(), x.shape());
-    scale_into(x, alpha, out.view());
-    return out;
-}
-
-}  // namespace tenferro
-
-#undef TENFERRO_BINARY_OPS
-#undef TENFERRO_UNARY_OPS

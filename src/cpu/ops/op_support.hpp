@@ -1,8 +1,8 @@
 #pragma once
-// What every session operation shares: argument validation with messages that
-// name the op, the operand and the offending shapes / dtypes / axes; numpy
-// broadcasting; `_into` output checks; the planning of kernel loops over
-// strided operands; and the fixed chunking used for intra-op parallelism.
+// What every CPU operation shares beyond the operand checks of the op interface
+// (ops/operand_checks.hpp, included): the planning of kernel loops over strided
+// operands, the fixed chunking used for intra-op parallelism, the contiguous
+// fast path's tests and scratch memory from the session's buffer pool.
 
 #include <array>
 #include <cstddef>
@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kernels/nd_loop.hpp"
+#include "ops/operand_checks.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/tensor.hpp"
@@ -21,44 +22,9 @@ namespace tenferro::detail::ops {
 using kernels::make_loop;  // kernels/nd_loop.hpp
 using kernels::nd_loop;
 
-/// Throws `tensor_error` with `op + ": " + what`.
-[[noreturn]] void fail(std::string_view op, const std::string& what);
-
-/// `op: operand NAME has dtype i32, but OP needs f32 or f64`.
-void require_float(std::string_view op, std::string_view operand, dtype t);
-
-/// `op: operand B has dtype f64, which differs from A's dtype f32`.
-void require_same_dtype(std::string_view op, std::string_view a_name, dtype a, std::string_view b_name, dtype b);
-
-/// The numpy broadcast of two shapes; throws
-/// `op: operand B has shape [2, 4], which does not broadcast with A's shape [2, 3]`.
-extents broadcast_shapes(std::string_view op, std::string_view a_name, std::span<const std::int64_t> a,
-                         std::string_view b_name, std::span<const std::int64_t> b);
-
 /// Strides that read `v` broadcast to `shape` (0 on stretched and new axes).
 /// `v`'s shape must broadcast to `shape` (checked by the caller).
 extents broadcast_strides(const const_tensor_view& v, std::span<const std::int64_t> shape);
-
-/// `axis` in [-rank, rank) made non-negative; throws
-/// `op: axis 2 is out of range for operand x of shape [2, 3] (rank 2)`.
-std::int64_t normalize_axis(std::string_view op, std::int64_t axis, std::string_view operand,
-                            std::span<const std::int64_t> shape);
-
-/// A bit per axis of `shape` named in `axes` (negative axes count from the end;
-/// empty = all axes). Throws for out-of-range axes and for repeated axes
-/// (`op: axis -1 is repeated in axes [1, -1] of operand x with shape [2, 3]`).
-std::uint32_t axes_mask(std::string_view op, std::span<const std::int64_t> axes, std::string_view operand,
-                        std::span<const std::int64_t> shape);
-
-/// Checks an `_into` output against the result it must hold: dtype and shape
-/// equal, and no stride-0 axis of extent > 1 (an output must not alias its
-/// own elements).
-void check_out(std::string_view op, std::string_view out_name, const tensor_view& out, dtype type,
-               std::span<const std::int64_t> shape);
-
-/// Throws `op: out overlaps operand a (...)` when `overlaps(out, input)`.
-void check_no_overlap(std::string_view op, std::string_view out_name, const tensor_view& out,
-                      std::string_view input_name, const const_tensor_view& input);
 
 /// As make_loop<1>, for reductions whose visiting order is free: negative
 /// strides are flipped (moving `base_offset` to the lowest element) and axes
@@ -115,15 +81,6 @@ inline bool disjoint(const void* p, std::int64_t p_bytes, const void* q, std::in
     const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(q);
     return a + static_cast<std::uintptr_t>(p_bytes) <= b || b + static_cast<std::uintptr_t>(q_bytes) <= a;
 }
-
-/// `f32` or `f64`.
-inline bool is_float(dtype t) noexcept { return t == dtype::f32 || t == dtype::f64; }
-
-/// The element count of a shape (1 for rank 0).
-std::int64_t element_count(std::span<const std::int64_t> shape) noexcept;
-
-/// `"[2, 3]"`.
-inline std::string str(std::span<const std::int64_t> v) { return to_string(v); }
 
 /// One call's scratch memory from the session's buffer pool (64-byte aligned,
 /// nullptr for 0 bytes), given back on scope exit, whatever the exit.

@@ -10,6 +10,7 @@
 #include "cpu/ops/op_support.hpp"
 #include "kernels/pairwise.hpp"
 #include "kernels/reduce.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
@@ -41,23 +42,18 @@ struct reduce_plan {
 
 reduce_plan plan_reduce(std::string_view name, reduce_op op, const const_tensor_view& x,
                         std::span<const std::int64_t> axes) {
-    require_float(name, "x", x.type());
-    const std::uint32_t mask = axes_mask(name, axes, "x", x.shape());
+    const bool empty_undefined = op == reduce_op::max || op == reduce_op::min;
+    const reduce_shape r = check_reduce(name, empty_undefined ? op_word(op) : "", x, axes);
     reduce_plan p;
+    p.out_shape = r.out_shape;
     for (std::size_t d = 0; d < x.rank(); ++d) {
-        if (mask & (std::uint32_t{1} << d)) {
+        if (r.mask & (std::uint32_t{1} << d)) {
             p.reduced_shape.push_back(x.shape()[d]);
             p.reduced_strides.push_back(x.strides()[d]);
         } else {
-            p.out_shape.push_back(x.shape()[d]);
             p.kept_strides.push_back(x.strides()[d]);
         }
     }
-    if ((op == reduce_op::max || op == reduce_op::min) && element_count(p.reduced_shape) == 0 &&
-        element_count(p.out_shape) != 0)
-        fail(name, "operand x of shape " + str(x.shape()) + " has no elements along the reduced axes " +
-                       (axes.empty() ? std::string("(all)") : str(axes)) + "; the " + op_word(op) +
-                       " of zero elements is undefined");
     return p;
 }
 
@@ -189,14 +185,6 @@ T dot_dense(cpu_session& s, const T* a, const T* b, std::int64_t n) {
     });
 }
 
-void check_vdot(std::string_view name, const const_tensor_view& a, const const_tensor_view& b) {
-    require_float(name, "a", a.type());
-    require_same_dtype(name, "a", a.type(), "b", b.type());
-    if (!std::ranges::equal(a.shape(), b.shape()))
-        fail(name, "operand b has shape " + str(b.shape()) + ", which differs from a's shape " + str(a.shape()) +
-                       " (vdot does not broadcast)");
-}
-
 void run_vdot(cpu_session& s, const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
     const auto loop = make_loop<2>(a.shape(), {a.strides(), b.strides()});
     if (a.type() == dtype::f32) {
@@ -274,37 +262,3 @@ void cpu_session::norm_squared_into(const const_tensor_view& x, const tensor_vie
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-// The allocating forms (non-virtual, backend_session.hpp): validated as their
-// `_into` forms but under their own name, then the virtual `_into` form.
-
-#define TENFERRO_REDUCE_OP(name)                                                                            \
-    tensor backend_session::reduce_##name(const const_tensor_view& x, std::span<const std::int64_t> axes) { \
-        const auto plan = detail::plan_reduce("reduce_" #name, detail::reduce_op::name, x, axes);           \
-        tensor out = allocate(x.type(), plan.out_shape.span());                                             \
-        reduce_##name##_into(x, axes, out.view());                                                          \
-        return out;                                                                                         \
-    }
-TENFERRO_REDUCE_OP(sum)
-TENFERRO_REDUCE_OP(prod)
-TENFERRO_REDUCE_OP(max)
-TENFERRO_REDUCE_OP(min)
-#undef TENFERRO_REDUCE_OP
-
-tensor backend_session::vdot(const const_tensor_view& a, const const_tensor_view& b) {
-    detail::check_vdot("vdot", a, b);
-    tensor out = allocate(a.type(), {});
-    vdot_into(a, b, out.view());
-    return out;
-}
-
-tensor backend_session::norm_squared(const const_tensor_view& x) {
-    detail::ops::require_float("norm_squared", "x", x.type());
-    tensor out = allocate(x.type(), {});
-    norm_squared_into(x, out.view());
-    return out;
-}
-
-}  // namespace tenferro

@@ -6,6 +6,7 @@
 
 #include "cpu/ops/op_support.hpp"
 #include "kernels/rowwise.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
@@ -60,25 +61,6 @@ void run_softmax(cpu_session& s, const const_tensor_view& x, std::int64_t axis, 
 
 // ---- top_k --------------------------------------------------------------------
 
-struct top_k_plan {
-    std::int64_t axis;
-    extents out_shape;
-};
-
-top_k_plan plan_top_k(std::string_view name, const const_tensor_view& x, std::int64_t k, std::int64_t axis) {
-    require_float(name, "x", x.type());
-    top_k_plan p;
-    p.axis = normalize_axis(name, axis, "x", x.shape());
-    const std::int64_t n = x.shape()[static_cast<std::size_t>(p.axis)];
-    if (k < 0) fail(name, "k = " + std::to_string(k) + " is negative");
-    if (k > n)
-        fail(name, "k = " + std::to_string(k) + " exceeds the extent " + std::to_string(n) + " of axis " +
-                       std::to_string(axis) + " of operand x with shape " + str(x.shape()));
-    p.out_shape = extents(x.shape());
-    p.out_shape[static_cast<std::size_t>(p.axis)] = k;
-    return p;
-}
-
 template <class T>
 void run_top_k_t(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::int64_t axis,
                  const tensor_view& values, const tensor_view& indices) {
@@ -129,26 +111,3 @@ void cpu_session::top_k_into(const const_tensor_view& x, std::int64_t k, std::in
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-// The allocating forms (non-virtual, backend_session.hpp): validated as their
-// `_into` forms but under their own name, then the virtual `_into` form.
-
-tensor backend_session::softmax(const const_tensor_view& x, std::int64_t axis) {
-    detail::ops::require_float("softmax", "x", x.type());
-    detail::ops::normalize_axis("softmax", axis, "x", x.shape());
-    tensor out = allocate(x.type(), x.shape());
-    softmax_into(x, axis, out.view());
-    return out;
-}
-
-std::pair<tensor, tensor> backend_session::top_k(const const_tensor_view& x, std::int64_t k, std::int64_t axis) {
-    const detail::top_k_plan p = detail::plan_top_k("top_k", x, k, axis);
-    tensor values = allocate(x.type(), p.out_shape.span());
-    tensor indices = allocate(dtype::i64, p.out_shape.span());
-    top_k_into(x, k, axis, values.view(), indices.view());
-    return {std::move(values), std::move(indices)};
-}
-
-}  // namespace tenferro

@@ -9,41 +9,16 @@
 #include <algorithm>
 #include <string>
 
-#include "cpu/ops/matmul_shape.hpp"
 #include "cpu/ops/op_support.hpp"
 #include "cpu/ops/packed_constant.hpp"
 #include "kernels/gemm_top_k.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {
 
 using namespace ops;
-
-// What matmul_top_k checks before anything is allocated: matmul's operand rules, then top_k's
-// along the product's last axis.
-struct search_shape {
-    matmul_dims md;
-    std::int64_t row = 0;  // the extent of the product's last axis (n, or m when b is a vector)
-    extents out_shape;     // the product's shape with the last axis of extent k
-};
-
-search_shape check_search(std::string_view op, const const_tensor_view& a, const const_tensor_view& b, std::int64_t k) {
-    search_shape s;
-    s.md = check_matmul(op, a, b);
-    if (s.md.out_shape.size() == 0)
-        fail(op, "operands a (shape " + str(a.shape()) + ") and b (shape " + str(b.shape()) +
-                     ") are both vectors: their product is a scalar, which has no axis to take the top k along");
-    s.row = s.md.out_shape[s.md.out_shape.size() - 1];
-    if (k < 0) fail(op, "k = " + std::to_string(k) + " is negative");
-    if (k > s.row)
-        fail(op, "k = " + std::to_string(k) + " exceeds the extent " + std::to_string(s.row) +
-                     " of the last axis of the product of a (shape " + str(a.shape()) + ") and b (shape " +
-                     str(b.shape()) + ")");
-    s.out_shape = s.md.out_shape;
-    s.out_shape[s.out_shape.size() - 1] = k;
-    return s;
-}
 
 // Batch strides of an operand of promoted shape `sh` / strides `st` against the broadcast batch.
 std::int64_t batch_stride(const extents& sh, const extents& st, std::size_t batch_rank, std::size_t i,
@@ -134,25 +109,3 @@ void cpu_session::matmul_top_k_into(const const_tensor_view& a, const const_tens
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-std::pair<tensor, tensor> backend_session::matmul_top_k(const const_tensor_view& a, const const_tensor_view& b,
-                                                        std::int64_t k) {
-    const detail::search_shape sh = detail::check_search("matmul_top_k", a, b, k);
-    tensor values = allocate(a.type(), sh.out_shape.span());
-    tensor indices = allocate(dtype::i64, sh.out_shape.span());
-    matmul_top_k_into(a, b, k, values.view(), indices.view());
-    return {std::move(values), std::move(indices)};
-}
-
-// The default for backends without a fused kernel: the composition it is defined as.
-void backend_session::matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
-                                        const tensor_view& values, const tensor_view& indices) {
-    const detail::search_shape sh = detail::check_search("matmul_top_k_into", a, b, k);
-    tensor product = allocate(a.type(), sh.md.out_shape.span());
-    matmul_into(a, b, product.view());
-    top_k_into(product.view(), k, -1, values, indices);
-}
-
-}  // namespace tenferro

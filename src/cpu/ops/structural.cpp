@@ -10,6 +10,7 @@
 
 #include "cpu/ops/op_support.hpp"
 #include "kernels/structural.hpp"
+#include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu_session.hpp"
 
 namespace tenferro::detail {
@@ -53,59 +54,6 @@ void run_copy(cpu_session& s, const void* src, std::span<const std::int64_t> src
               [&](std::int64_t begin, std::int64_t end) { kernels::copy(loop, itemsize, out, src, begin, end); });
 }
 
-extents normalize_perm(std::string_view op, std::span<const std::int64_t> perm, const const_tensor_view& x) {
-    const auto rank = static_cast<std::int64_t>(x.rank());
-    auto bad = [&] {
-        fail(op, "perm " + str(perm) + " is not a permutation of the " + std::to_string(rank) +
-                     " axes of operand x with shape " + str(x.shape()));
-    };
-    if (static_cast<std::int64_t>(perm.size()) != rank) bad();
-    extents p(perm.size(), 0);
-    std::uint32_t seen = 0;
-    for (std::size_t i = 0; i < perm.size(); ++i) {
-        const std::int64_t a = perm[i];
-        if (a < -rank || a >= rank) bad();
-        p[i] = a < 0 ? a + rank : a;
-        const std::uint32_t bit = std::uint32_t{1} << p[i];
-        if (seen & bit) bad();
-        seen |= bit;
-    }
-    return p;
-}
-
-std::string input_name(std::size_t i) { return "inputs[" + std::to_string(i) + "]"; }
-
-struct concat_plan {
-    std::int64_t axis = 0;
-    extents out_shape;
-};
-
-concat_plan plan_concat(std::string_view op, std::span<const const_tensor_view> inputs, std::int64_t axis) {
-    if (inputs.empty()) fail(op, "needs at least one input, and inputs is empty");
-    const const_tensor_view& first = inputs[0];
-    concat_plan p;
-    p.axis = normalize_axis(op, axis, "inputs[0]", first.shape());
-    const auto ax = static_cast<std::size_t>(p.axis);
-    std::int64_t total = 0;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-        const const_tensor_view& in = inputs[i];
-        if (in.type() != first.type()) require_same_dtype(op, "inputs[0]", first.type(), input_name(i), in.type());
-        if (in.rank() != first.rank())
-            fail(op, "operand " + input_name(i) + " has shape " + str(in.shape()) + " of rank " +
-                         std::to_string(in.rank()) + ", but inputs[0] has shape " + str(first.shape()) + " of rank " +
-                         std::to_string(first.rank()));
-        for (std::size_t d = 0; d < first.rank(); ++d)
-            if (d != ax && in.shape()[d] != first.shape()[d])
-                fail(op, "operand " + input_name(i) + " has shape " + str(in.shape()) +
-                             ", which does not match inputs[0]'s shape " + str(first.shape()) + " outside axis " +
-                             std::to_string(p.axis));
-        total += in.shape()[ax];
-    }
-    p.out_shape = extents(first.shape());
-    p.out_shape[ax] = total;
-    return p;
-}
-
 void run_concat(cpu_session& s, std::span<const const_tensor_view> inputs, std::int64_t axis, const tensor_view& out) {
     std::int64_t offset = 0;
     for (const const_tensor_view& in : inputs) {
@@ -113,10 +61,6 @@ void run_concat(cpu_session& s, std::span<const const_tensor_view> inputs, std::
         if (n > 0) run_copy(s, in.data(), in.strides(), out.slice(axis, offset, offset + n));
         offset += n;
     }
-}
-
-void check_dtype(std::string_view op, dtype t) {
-    if (size_of(t) == 0) fail(op, "dtype " + std::to_string(static_cast<int>(t)) + " is not one of f32, f64, i32, i64");
 }
 
 void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out) {
@@ -192,38 +136,3 @@ void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, st
 }
 
 }  // namespace tenferro::detail
-
-namespace tenferro {
-
-// The allocating forms (non-virtual, backend_session.hpp): validated as their
-// `_into` forms but under their own name, then the virtual `_into` form.
-
-tensor backend_session::copy(const const_tensor_view& x) {
-    tensor out = allocate(x.type(), x.shape());
-    copy_into(x, out.view());
-    return out;
-}
-
-tensor backend_session::transpose(const const_tensor_view& x, std::span<const std::int64_t> perm) {
-    const detail::extents p = detail::normalize_perm("transpose", perm, x);
-    const const_tensor_view v = x.transposed(p.span());
-    tensor out = allocate(x.type(), v.shape());
-    transpose_into(x, perm, out.view());
-    return out;
-}
-
-tensor backend_session::cast(const const_tensor_view& x, dtype type) {
-    detail::check_dtype("cast", type);
-    tensor out = allocate(type, x.shape());
-    cast_into(x, out.view());
-    return out;
-}
-
-tensor backend_session::concatenate(std::span<const const_tensor_view> inputs, std::int64_t axis) {
-    const detail::concat_plan p = detail::plan_concat("concatenate", inputs, axis);
-    tensor out = allocate(inputs[0].type(), p.out_shape.span());
-    concatenate_into(inputs, axis, out.view());
-    return out;
-}
-
-}  // namespace tenferro
