@@ -1,5 +1,5 @@
-// The contraction family of cpu_session: dot_general(_into) and matmul(_into);
-// the allocating forms (backend_session's wrappers) at the end.
+// The contraction family of cpu_session: dot_general_into and matmul_into (the
+// operand rules in ops/op_shapes.hpp; the allocating forms in src/ops/).
 //
 // Both are reduced to one *canonical* problem: a batch of GEMMs
 // `C[i, j] = alpha * sum_p A[i, p] * B[p, j] + beta * C[i, j]` over 2-D strided

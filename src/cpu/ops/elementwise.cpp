@@ -1,7 +1,7 @@
 // The elementwise family of cpu_session: binary ops with numpy broadcasting,
 // unary ops, scale and axpby. Validation here, arithmetic in kernels/elementwise.
 // Each op's `_into` form here is its one implementation (axpby, in place, has
-// its own); the allocating forms at the end are backend_session's wrappers.
+// its own); the allocating forms in src/ops/ wrap them.
 
 #include "kernels/elementwise.hpp"
 #include "cpu/ops/op_support.hpp"

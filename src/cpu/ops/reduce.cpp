@@ -1,8 +1,8 @@
 // The reduction family of cpu_session: reduce_sum / prod / max / min over a
 // list of axes, vdot and norm_squared. Validation and planning here, the
 // arithmetic in kernels/reduce (which documents the summation order). Each
-// op's `_into` form here is its one implementation; the allocating forms at the
-// end are backend_session's wrappers over them.
+// op's `_into` form here is its one implementation; the allocating forms in
+// src/ops/ wrap them.
 
 #include <memory_resource>
 #include <vector>

@@ -1,6 +1,6 @@
 // The row-wise family of cpu_session: softmax and top_k along one axis. Each
-// op's `_into` form here is its one implementation; the allocating forms at the
-// end are backend_session's wrappers over them.
+// op's `_into` form here is its one implementation; the allocating forms in
+// src/ops/ wrap them.
 
 #include <memory_resource>
 

@@ -1,6 +1,6 @@
 // The fused search op of cpu_session: matmul_top_k(_into) == top_k(matmul(a, b), k, -1) without
-// materialising the product (kernels/gemm_top_k.hpp); the allocating form and the unfused default
-// of backend_session at the end.
+// materialising the product (kernels/gemm_top_k.hpp). The allocating form, and the unfused default
+// other backends inherit, are in src/ops/backend_session.cpp.
 //
 // Each matrix of the (broadcast) batch is one fused kernel call, split over the session's
 // permits along the columns of the product (the rows of a search corpus). A b inside a tensor

@@ -1,7 +1,7 @@
 // The structural family of cpu_session: copy, copy_into, transpose, cast,
 // concatenate. Every dtype; copies move raw elements (kernels/structural).
 // Each op's `_into` form here is its one implementation; the allocating forms
-// at the end are backend_session's wrappers over them.
+// in src/ops/ wrap them.
 
 #include <cstddef>
 #include <cstdlib>
