@@ -1,0 +1,125 @@
+#pragma once
+// The operation state of `batcher::submit`: an item (batch_item.hpp) with the
+// handler and its tracked work, built from the library's operation toolkit
+// (detail/async/), and the initiation that creates it and hands it to the
+// batcher core.
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "tenferro/asio.hpp"
+
+#include "tenferro/detail/admission/batch_item.hpp"
+#include "tenferro/detail/admission/batcher_core.hpp"
+#include "tenferro/detail/async/cancellation.hpp"
+#include "tenferro/detail/async/completion.hpp"
+#include "tenferro/detail/async/handoff_gate.hpp"
+#include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
+#include "tenferro/detail/async/op_work.hpp"
+#include "tenferro/detail/session_context.hpp"
+#include "tenferro/session_entry_error.hpp"
+
+namespace tenferro::detail {
+
+/// The typed half of an item: the handler and its tracked work.
+template <class Handler, class In, class Out>
+class batch_item_op final : public batch_item<In, Out>, public retry_node {
+    using handler_executor = asio::associated_executor_t<Handler>;
+    friend struct completion_handoff<batch_item_op>;
+    friend struct completion_poster;
+
+public:
+    template <class H>
+    batch_item_op(H&& handler, std::shared_ptr<batcher_core> core, In&& input)
+        : handler_(std::forward<H>(handler)), work_(handler_), core_(std::move(core)) {
+        this->input.emplace(std::move(input));
+    }
+
+    /// Installs the cancellation handler; called once the item is about to
+    /// enter the waiting list, before anyone else sees it.
+    void connect_cancellation() {
+        detail::connect_cancellation<&batch_item_op::cancel>(asio::get_associated_cancellation_slot(handler_), this);
+    }
+
+    handler_executor handler_ex() const noexcept { return asio::get_associated_executor(handler_); }
+
+    asio::any_io_executor executor() const override {
+        if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>)
+            return unwrap_executor(asio::any_io_executor(work_.untracked()));
+        else
+            return asio::any_io_executor(asio::system_executor());
+    }
+
+    void fail(std::exception_ptr e, session_entry_error error) noexcept override {
+        // A taken item whose batch could not be gathered still holds its
+        // input: it goes now, as a gathered batch's inputs leave their items.
+        if (this->where == batch_item_base::stage::taken) this->input.reset();
+        this->exception_ = std::move(e);
+        this->result_.emplace(tl::unexpected(std::move(error)));
+        deliver();
+    }
+
+    /// The executor dropped the completion unrun (its context shut down), or
+    /// the submit failed before the item was queued.
+    void discard() noexcept { free_op(this, op_allocator_for<batch_item_op>(handler_)); }
+
+private:
+    /// The slot's handler: withdraws the item if it still waits (B4).
+    static void cancel(batch_item_op* op) noexcept { op->core_->cancel(*op); }
+
+    // Out of memory for the post, the item is parked and posted again when
+    // memory is back (S19).
+    void deliver() noexcept override { completion_poster::post(*this); }
+
+    handoff_gate& gate() noexcept { return this->gate_; }
+    const auto& completion_executor() const noexcept { return work_.executor(); }
+
+    /// On the item's executor: the completion routine (completion.hpp).
+    void upcall() {
+        complete_op<batch_item_op>(this, handler_, work_, this->gate_, std::move(this->exception_),
+                                   std::move(*this->result_));
+    }
+
+    Handler handler_;
+    op_work<Handler> work_;
+    std::shared_ptr<batcher_core> core_;  // the cancellation handler's way back
+};
+
+/// `batcher::submit`'s initiation.
+template <class In, class Out>
+struct initiate_submit {
+    std::shared_ptr<batcher_core> core;
+
+    template <class Handler>
+    void operator()(Handler&& handler, In item) const {
+        using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
+        op_type* op = make_op<op_type>(std::forward<Handler>(handler), core, std::move(item));
+        // S7: submit is an entry. Inside a running session (a synchronous body
+        // on this thread, or an asynchronous one whose executor the handler
+        // carries) it is re-entry; inside an execution scope the batch's
+        // session could not be the scope's.
+        session_context* ctx = current_sync_context();
+        if (ctx == nullptr) ctx = context_of(op->handler_ex());
+        if (ctx != nullptr && ctx->kind == context_kind::session)
+            return core->reject_at_submit(*op, session_entry_errc::reentered,
+                                          "batcher::submit inside a running session (its batch would wait for "
+                                          "the session it is called from)");
+        if (ctx != nullptr)
+            return core->reject_at_submit(*op, session_entry_errc::incompatible_context,
+                                          "batcher::submit inside an execution scope: a batch session is not "
+                                          "one of the scope's sessions");
+        try {
+            op->connect_cancellation();  // out of memory: submit throws, nothing queued
+        } catch (...) {
+            op->discard();
+            throw;
+        }
+        core->enqueue(*op);
+    }
+};
+
+}  // namespace tenferro::detail
