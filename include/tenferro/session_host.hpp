@@ -63,8 +63,17 @@ struct host_options {
     std::vector<unsigned> cpus = {};
     /// Optional metrics hook; see `admission_observer`.
     std::shared_ptr<admission_observer> observer = nullptr;
-    /// Optional start-up hook of the compute workers, as
-    /// `cpu_backend_options::on_worker_start`.
+    /// Optional start-up hook of the compute workers: each worker calls it
+    /// once, on its own thread, with its index (0 .. permits - 1; worker `i` is
+    /// pinned to `cpus[i % cpus.size()]`), after it has been pinned and before
+    /// it takes any work — the place to set a per-thread priority, a name or a
+    /// thread-local. The constructor returns after every worker has run it
+    /// (the calls run concurrently, on different threads). If a call throws,
+    /// the constructor stops the workers and rethrows the first exception.
+    ///
+    /// \code
+    /// tenferro::cpu_backend cpu({.on_worker_start = [](std::size_t) { setpriority(PRIO_PROCESS, gettid(), 19); }});
+    /// \endcode
     std::function<void(std::size_t worker_index)> on_worker_start = nullptr;
     /// Optional: bring your own compute pool. When set, the host starts no
     /// compute workers (`cpus` and `on_worker_start` are ignored): every
@@ -90,8 +99,6 @@ struct host_options {
 };
 
 namespace detail {
-struct host_access;
-
 /// Opens a `session_host<B>` session: calls `B::open_session` with the grant.
 template <class B>
 struct backend_opener {
@@ -147,17 +154,41 @@ public:
 
     /// Runs `f` in a session of the backend once one permit is admitted.
     ///
-    /// `f` is `R(session_type&)` or `asio::awaitable<R>(session_type&)`.
-    /// Completion signature `void(std::exception_ptr, session_result<R>)`;
-    /// admission, resumption, cancellation and lifetime exactly as
-    /// `cpu_backend::with_backend_session` (docs/contract.md).
+    /// `f` is `R(session_type&)` (a synchronous body) or
+    /// `asio::awaitable<R>(session_type&)` (an asynchronous body that holds
+    /// its permits until its awaitable completes); `R` may be `void`.
+    ///
+    /// - Completion signature: `void(std::exception_ptr, session_result<R>)`.
+    ///   With the default `asio::use_awaitable`:
+    ///   `session_result<R> r = co_await host.with_backend_session(f);` —
+    ///   admission failures are values in `r`, `f`'s exception is rethrown at
+    ///   the `co_await`, `f`'s value arrives unchanged in `r.value()`.
+    /// - Admission: strict FIFO in initiation order, no barging; waiting
+    ///   suspends, never blocks a thread. `f` runs exactly once if admitted,
+    ///   never if rejected.
+    /// - Resumption: the completion runs on the handler's associated executor
+    ///   (the awaiting coroutine's executor), never inline inside another
+    ///   entry's release.
+    /// - Cancellation (terminal, partial, total) removes a waiting entry; it
+    ///   completes with `cancelled` and the other waiters keep their order.
+    ///   Once admitted, the body runs to completion.
+    /// - Lifetime: `f` is moved into the operation and lives until the
+    ///   completion; the `session_type&` is valid only while `f` runs.
+    ///
+    /// \code
+    /// session_result<float> r = co_await cpu.with_backend_session(
+    ///     [&](backend_session& s) { return score(s, query); });
+    /// if (!r) log(r.error().message());
+    /// \endcode
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
         requires(!std::is_same_v<std::remove_cvref_t<F>, session_options>)
     auto with_backend_session(F&& f, CompletionToken&& token = {}) {
         return with_backend_session(session_options{}, std::forward<F>(f), std::forward<CompletionToken>(token));
     }
 
-    /// As above, with per-entry options (`permits`, `wait`, `where`).
+    /// As above, with per-entry options: `permits` (weighted entry, granted
+    /// together), `wait` (`never`: admit now or `contended`) and `where`
+    /// (`compute` or `caller` placement).
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_backend_session(session_options options, F&& f, CompletionToken&& token = {}) {
         return enter(detail::backend_opener<B>{&backend_}, options, std::forward<F>(f),
@@ -166,8 +197,10 @@ public:
 
     /// Admits once (one permit, FIFO) and runs `body(scope)`, an
     /// `asio::awaitable<R>(execution_scope&)`, on the caller's executor while
-    /// holding that permit; sessions of this host entered inside reuse it
-    /// (each opens its own backend session with the scope's permit).
+    /// holding that permit. Sessions of this host entered inside the body
+    /// reuse the permit without queueing (see `execution_scope`); each opens
+    /// its own backend session with the scope's grant. Completion signature,
+    /// resumption and cancellation as for `with_backend_session`.
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, execution_scope>::value_type;
@@ -192,11 +225,12 @@ public:
     /// running sessions finish normally. Idempotent.
     void shutdown() { core_->shut_down(); }
 
-private:
-    friend struct detail::host_access;
-
-    /// One entry, whose session `opener` opens (a backend may offer entries
-    /// that open their sessions differently, as `cpu_backend`'s cached ones).
+protected:
+    /// One entry, whose session `opener` opens: how a host derived from this
+    /// one offers entries that open their sessions differently (as
+    /// `cpu_backend`'s cached ones). `Opener` is a callable
+    /// `(const session_grant&)` with a nested `session_type`, as
+    /// `detail::backend_opener<B>`.
     template <class Opener, class F, class CompletionToken>
     auto enter(Opener opener, session_options options, F&& f, CompletionToken&& token) {
         using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
@@ -217,22 +251,14 @@ private:
             std::forward<F>(f));
     }
 
+    /// The admission core: the permit queue, the compute pool, the counters.
+    /// For a derived host that hands its backend the pool (as `cpu_backend`),
+    /// and for test hosts that inspect it.
+    detail::host_core& core() noexcept { return *core_; }
+
+private:
     B backend_;  // declared first: destroyed after the core has stopped
     std::shared_ptr<detail::host_core> core_;
 };
-
-namespace detail {
-/// The library's way into a host's core (cpu_backend builds on session_host).
-struct host_access {
-    template <class B>
-    static host_core& core(session_host<B>& host) noexcept {
-        return *host.core_;
-    }
-    template <class B, class Opener, class F, class CompletionToken>
-    static auto enter(session_host<B>& host, Opener opener, session_options options, F&& f, CompletionToken&& token) {
-        return host.enter(std::move(opener), options, std::forward<F>(f), std::forward<CompletionToken>(token));
-    }
-};
-}  // namespace detail
 
 }  // namespace tenferro

@@ -23,7 +23,6 @@
 #include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
-#include "testing_access.hpp"
 
 using namespace tenferro;
 using tenferro::test::gate;
@@ -98,7 +97,7 @@ TEST_CASE("shutdown with every permit free: an entry that would start inline com
 TEST_CASE("A compute executor that drops work completes the entry with executor, leaking nothing") {
     asio::io_context io;
     test_host cpu({.permits = 1});
-    detail::testing_access::drop_next_runs(cpu, 1);
+    cpu.drop_next_runs(1);
     std::optional<session_result<int>> dropped, next;
     bool ran = false;
     spawn(io, [&]() -> asio::awaitable<void> {

@@ -23,7 +23,6 @@
 #include "spawn.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
-#include "testing_access.hpp"
 
 using namespace tenferro;
 using tenferro::test::gate;

@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 #include "test_asio.hpp"
 
-#include "testing_access.hpp"
+#include "host_internals.hpp"
 
 using namespace tenferro;
 
@@ -127,9 +127,9 @@ TEST_CASE("an exception from on_worker_start makes the constructor throw it, aft
     CHECK(*r == 7);
 }
 
-TEST_CASE("detail::testing_access drops runs: the entry completes with executor, leaking nothing") {
-    cpu_backend cpu({.permits = 1});
-    detail::testing_access::drop_next_runs(cpu, 1);
+TEST_CASE("A cpu_backend whose workers drop a run completes the entry with executor, leaking nothing") {
+    test::inspectable<cpu_backend> cpu({.permits = 1});
+    cpu.drop_next_runs(1);
     bool ran = false;
     auto dropped = cpu.with_backend_session(
                           [&](backend_session&) {

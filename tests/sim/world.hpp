@@ -9,6 +9,7 @@
 
 #include <tenferro/batcher.hpp>
 #include <tenferro/session_host.hpp>
+#include "host_internals.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -52,7 +53,8 @@ struct sim_backend {
     session_result<sim_session> open_session(const session_grant& g);
 };
 
-using host_type = session_host<sim_backend>;
+/// `inspectable`: the world reads the permit counters after every step.
+using host_type = test::inspectable<session_host<sim_backend>>;
 
 /// The batcher's delay timer on the simulated clock (batch_options::timer):
 /// each wake-up is a timer of the simulation, fired when the scheduler
@@ -155,7 +157,7 @@ struct world {
     void trace(const std::string& m) {
         if (verbose) std::printf("  [%llu] %s\n", static_cast<unsigned long long>(ctx.steps()), m.c_str());
     }
-    detail::permit_counters counters() { return detail::host_access::core(*host).queue().counters(); }
+    detail::permit_counters counters() { return host->core().queue().counters(); }
 
     std::string name(int i) const {
         const entry_rec& e = entries[i];

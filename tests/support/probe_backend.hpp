@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <tenferro/session_host.hpp>
+#include "host_internals.hpp"
 #include "test_asio.hpp"
 
 namespace tenferro::test::probe {
@@ -149,14 +150,15 @@ private:
     std::string name_;
 };
 
-using probe_host = session_host<probe_backend>;
+/// The host of the session_host tests; `inspectable` for `pool_id`.
+using probe_host = inspectable<session_host<probe_backend>>;
 
 /// The execution context of `io`, as grant_contexts records it.
 inline const void* context_id(asio::io_context& io) { return static_cast<asio::execution_context*>(&io); }
 /// The execution context of `host`'s compute workers.
-template <class B>
-const void* pool_id(session_host<B>& host) {
-    return static_cast<asio::execution_context*>(&detail::host_access::core(host).pool());
+template <class Host>
+const void* pool_id(inspectable<Host>& host) {
+    return host.pool_id();
 }
 
 inline bool balanced(const admission_stats& st) { return st.available == st.permits && st.admitted == st.completed; }

@@ -6,23 +6,29 @@
 // (S1–S18) is the template's, so both must pass the same tests.
 //
 //   test_host          cpu_backend                  | session_host<device_backend>
-//   test_host_options  cpu_backend_options          | host_options
 //   test_session       backend_session              | device_session
 //   test_host_name     "cpu"                        | "device"
 //
-// The two option structs share their first four fields in the same order
-// (permits, max_waiters, cpus, observer), so designated initializers such as
-// `{.permits = 3, .max_waiters = 40}` work for both.
+// `test_host` derives from the host of the build (through `inspectable`, so
+// that a test may reach its admission core: host_internals.hpp) and is built
+// from `test_host_options`, an aggregate of the options both hosts take —
+// `{.permits = 3, .max_waiters = 40}` — that it converts field by field, by
+// name, to `cpu_backend_options` or `host_options`.
 
 #include <atomic>
 #include <cstddef>
+#include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include <tenferro/admission_observer.hpp>
 #include <tenferro/session_grant.hpp>
 #include <tenferro/session_host.hpp>
+#include "host_internals.hpp"
 #include "test_asio.hpp"
 
 #ifndef TENFERRO_TEST_GENERIC_HOST
@@ -101,27 +107,54 @@ inline bool all_sessions_closed(const session_host<device_backend>& host) {
 
 }  // namespace tenferro::test
 
+namespace tenferro::test {
+
+/// The options the tests set, which both hosts take (see `test_host`).
+struct test_host_options {
+    std::size_t permits = 0;
+    std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+    std::vector<unsigned> cpus = {};
+    std::shared_ptr<admission_observer> observer = nullptr;
+};
+
 #ifdef TENFERRO_TEST_GENERIC_HOST
 
-namespace tenferro::test {
-using test_host = session_host<device_backend>;
-using test_host_options = host_options;
+using test_host_base = session_host<device_backend>;
 inline constexpr std::string_view test_host_name = "device";
-}  // namespace tenferro::test
+
+inline host_options host_options_of(test_host_options o) {
+    return {.permits = o.permits,
+            .max_waiters = o.max_waiters,
+            .cpus = std::move(o.cpus),
+            .observer = std::move(o.observer)};
+}
 
 #else
 
-namespace tenferro::test {
-using test_host = cpu_backend;
-using test_host_options = cpu_backend_options;
+using test_host_base = cpu_backend;
 inline constexpr std::string_view test_host_name = "cpu";
+
+inline cpu_backend_options host_options_of(test_host_options o) {
+    return {.permits = o.permits,
+            .max_waiters = o.max_waiters,
+            .cpus = std::move(o.cpus),
+            .observer = std::move(o.observer)};
+}
 
 /// cpu_backend does not count its sessions (its own tests check the buffer
 /// pool and the runtime caches instead).
 inline bool all_sessions_closed(const cpu_backend&) { return true; }
-}  // namespace tenferro::test
 
 #endif
+
+/// The host the admission tests run against (see the table above).
+class test_host : public inspectable<test_host_base> {
+public:
+    explicit test_host(test_host_options options = {})
+        : inspectable<test_host_base>(host_options_of(std::move(options))) {}
+};
+
+}  // namespace tenferro::test
 
 namespace tenferro::test {
 using test_session = test_host::session_type;

@@ -1,30 +1,18 @@
 #pragma once
-// The tests' way into what cpu_backend and cpu_runtime_cache keep from their
-// users: cpu_backend befriends detail::testing_access, and the cache's claim
-// goes through the library's own detail::cache_access (src/). In `detail`, not
-// in a `tenferro::testing` namespace, so that a user's `using namespace
-// tenferro;` cannot collide with GoogleTest's `::testing`.
-
-#include <cstddef>
+// The tests' way into what the library keeps from its users outside a host's
+// admission core (for that, see host_internals.hpp): the inline-return budget
+// of the fast path, and the runtime cache's claim, which goes through the
+// library's own detail::cache_access (src/). In `detail`, not in a
+// `tenferro::testing` namespace, so that a user's `using namespace tenferro;`
+// cannot collide with GoogleTest's `::testing`.
 
 #include "cpu/runtime_cache_state.hpp"
-#include "tenferro/cpu_backend.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
+#include "tenferro/detail/entry_awaitable.hpp"
 
 namespace tenferro::detail {
 
 struct testing_access {
-    /// The next `n` runners handed to `cpu`'s compute workers are dropped
-    /// unrun, as an executor that loses work would.
-    static void drop_next_runs(cpu_backend& cpu, std::size_t n) noexcept {
-        host_access::core(cpu.host_).pool().drop_next_for_testing(n);
-    }
-    /// The same for any `session_host` (the generic host of the admission tests).
-    template <class B>
-    static void drop_next_runs(session_host<B>& host, std::size_t n) noexcept {
-        host_access::core(host).pool().drop_next_for_testing(n);
-    }
-
     /// This thread's next 31 inline fast-path entries awaited with
     /// use_awaitable return at once; the 32nd goes through the executor.
     static void renew_inline_return_budget() noexcept { detail::renew_inline_return_budget(); }
