@@ -45,7 +45,7 @@
 
 #include "hwy_target_select.hpp"
 #include "kernels/gemm.hpp"
-#include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/detail/admission/compute_pool.hpp"
 #include "tenferro/tenferro.hpp"
 
 namespace {

@@ -45,7 +45,7 @@
 #include <utility>
 #include <vector>
 
-#include "tenferro/detail/function_ref.hpp"
+#include "tenferro/detail/base/function_ref.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro {

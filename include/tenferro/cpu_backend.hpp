@@ -22,7 +22,7 @@
 #include "tenferro/backend_session_host.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
-#include "tenferro/detail/cpu_engine.hpp"
+#include "tenferro/detail/cpu/cpu_engine.hpp"
 #include "tenferro/session_host.hpp"
 
 namespace tenferro {

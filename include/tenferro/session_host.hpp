@@ -22,9 +22,9 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/detail/admission/entry_awaitable.hpp"
 #include "tenferro/detail/admission/entry_op.hpp"
-#include "tenferro/detail/entry_awaitable.hpp"
-#include "tenferro/detail/host_core.hpp"
+#include "tenferro/detail/admission/host_core.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"

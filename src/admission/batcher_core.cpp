@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "tenferro/batcher.hpp"
-#include "tenferro/detail/compose_detail.hpp"
+#include "tenferro/detail/admission/compose_detail.hpp"
 
 namespace tenferro::detail {
 

@@ -1,6 +1,6 @@
-// The contended paths of include/tenferro/detail/brief_mutex.hpp.
+// The contended paths of include/tenferro/detail/admission/brief_mutex.hpp.
 
-#include "tenferro/detail/brief_mutex.hpp"
+#include "tenferro/detail/admission/brief_mutex.hpp"
 
 #include "async/cpu_relax.hpp"
 

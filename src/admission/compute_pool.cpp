@@ -1,4 +1,4 @@
-#include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/detail/admission/compute_pool.hpp"
 
 #include "async/cpu_relax.hpp"
 #include "async/fast_tls.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "tenferro/detail/admission/entry_awaitable.hpp"
 #include "tenferro/detail/admission/entry_op.hpp"
-#include "tenferro/detail/entry_awaitable.hpp"
 
 #include "async/fast_tls.hpp"
 

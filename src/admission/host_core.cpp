@@ -1,4 +1,4 @@
-#include "tenferro/detail/host_core.hpp"
+#include "tenferro/detail/admission/host_core.hpp"
 
 #include <atomic>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "tenferro/detail/permit_queue.hpp"
+#include "tenferro/detail/admission/permit_queue.hpp"
 
 namespace tenferro::detail {
 

@@ -1,4 +1,4 @@
-#include "tenferro/detail/session_context.hpp"
+#include "tenferro/detail/admission/session_context.hpp"
 
 #include "async/fast_tls.hpp"
 

@@ -1,6 +1,6 @@
-// The start-order sequencer of include/tenferro/detail/start_order.hpp.
+// The start-order sequencer of include/tenferro/detail/admission/start_order.hpp.
 
-#include "tenferro/detail/start_order.hpp"
+#include "tenferro/detail/admission/start_order.hpp"
 
 #include <mutex>
 

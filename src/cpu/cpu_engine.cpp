@@ -1,6 +1,6 @@
-// The CPU backend's session opening (include/tenferro/detail/cpu_engine.hpp).
+// The CPU backend's session opening (include/tenferro/detail/cpu/cpu_engine.hpp).
 
-#include "tenferro/detail/cpu_engine.hpp"
+#include "tenferro/detail/cpu/cpu_engine.hpp"
 
 #include "cpu/runtime_cache_state.hpp"
 

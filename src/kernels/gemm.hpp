@@ -34,7 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tenferro/detail/function_ref.hpp"
+#include "tenferro/detail/base/function_ref.hpp"
 
 namespace tenferro::kernels {
 

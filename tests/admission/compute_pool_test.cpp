@@ -1,4 +1,4 @@
-#include <tenferro/detail/compute_pool.hpp>
+#include <tenferro/detail/admission/compute_pool.hpp>
 
 #include <atomic>
 #include <future>

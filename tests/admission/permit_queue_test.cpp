@@ -1,5 +1,5 @@
-#include <tenferro/detail/brief_mutex.hpp>
-#include <tenferro/detail/permit_queue.hpp>
+#include <tenferro/detail/admission/brief_mutex.hpp>
+#include <tenferro/detail/admission/permit_queue.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include <tenferro/detail/host_core.hpp>
+#include <tenferro/detail/admission/host_core.hpp>
 #include <tenferro/session_host.hpp>
 
 namespace tenferro::test {

@@ -8,7 +8,7 @@
 
 #include "cpu/runtime_cache_state.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
-#include "tenferro/detail/entry_awaitable.hpp"
+#include "tenferro/detail/admission/entry_awaitable.hpp"
 
 namespace tenferro::detail {
 

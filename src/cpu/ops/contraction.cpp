@@ -29,7 +29,7 @@
 #include "cpu/runtime_cache_state.hpp"
 #include "kernels/gemm.hpp"
 #include "ops/op_shapes.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include "kernels/elementwise.hpp"
 #include "cpu/ops/op_support.hpp"
 #include "ops/op_shapes.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "cpu/runtime_cache_state.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

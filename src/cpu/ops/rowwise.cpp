@@ -7,7 +7,7 @@
 #include "cpu/ops/op_support.hpp"
 #include "kernels/rowwise.hpp"
 #include "ops/op_shapes.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

@@ -13,7 +13,7 @@
 #include "cpu/ops/packed_constant.hpp"
 #include "kernels/gemm_top_k.hpp"
 #include "ops/op_shapes.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 
 namespace tenferro::detail {
 namespace {

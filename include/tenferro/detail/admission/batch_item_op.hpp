@@ -14,13 +14,13 @@
 
 #include "tenferro/detail/admission/batch_item.hpp"
 #include "tenferro/detail/admission/batcher_core.hpp"
+#include "tenferro/detail/admission/session_context.hpp"
 #include "tenferro/detail/async/cancellation.hpp"
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_work.hpp"
-#include "tenferro/detail/session_context.hpp"
 #include "tenferro/session_entry_error.hpp"
 
 namespace tenferro::detail {

@@ -13,13 +13,13 @@
 
 #include "tenferro/asio.hpp"
 
+#include "tenferro/detail/admission/compute_pool.hpp"
+#include "tenferro/detail/admission/host_core.hpp"
+#include "tenferro/detail/admission/permit_queue.hpp"
+#include "tenferro/detail/admission/session_context.hpp"
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/op_function.hpp"
-#include "tenferro/detail/compute_pool.hpp"
-#include "tenferro/detail/host_core.hpp"
-#include "tenferro/detail/permit_queue.hpp"
-#include "tenferro/detail/session_context.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"

@@ -6,7 +6,7 @@
 #include <new>
 #include <type_traits>
 
-#include "tenferro/detail/session_context.hpp"
+#include "tenferro/detail/admission/session_context.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"
 

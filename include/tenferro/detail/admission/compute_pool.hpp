@@ -35,7 +35,7 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async/intrusive_list.hpp"
-#include "tenferro/detail/function_ref.hpp"
+#include "tenferro/detail/base/function_ref.hpp"
 
 namespace tenferro::detail {
 

@@ -12,8 +12,8 @@
 #include "tenferro/backend_session.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
-#include "tenferro/detail/compute_pool.hpp"
-#include "tenferro/detail/cpu_session.hpp"
+#include "tenferro/detail/admission/compute_pool.hpp"
+#include "tenferro/detail/cpu/cpu_session.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"
 

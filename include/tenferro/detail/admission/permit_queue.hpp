@@ -28,9 +28,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "tenferro/detail/brief_mutex.hpp"
-#include "tenferro/detail/permit_waiter.hpp"
-#include "tenferro/detail/start_order.hpp"
+#include "tenferro/detail/admission/brief_mutex.hpp"
+#include "tenferro/detail/admission/permit_waiter.hpp"
+#include "tenferro/detail/admission/start_order.hpp"
 
 namespace tenferro::detail {
 

@@ -16,7 +16,7 @@
 #include "tenferro/backend_session.hpp"
 #include "tenferro/buffer_pool.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
-#include "tenferro/detail/compute_pool.hpp"
+#include "tenferro/detail/admission/compute_pool.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro::detail {

@@ -28,9 +28,9 @@
 #include <atomic>
 #include <cstddef>
 
+#include "tenferro/detail/admission/brief_mutex.hpp"
+#include "tenferro/detail/admission/permit_waiter.hpp"
 #include "tenferro/detail/async/intrusive_list.hpp"
-#include "tenferro/detail/brief_mutex.hpp"
-#include "tenferro/detail/permit_waiter.hpp"
 
 namespace tenferro::detail {
 

@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "tenferro/admission_observer.hpp"
-#include "tenferro/detail/compute_pool.hpp"
-#include "tenferro/detail/permit_queue.hpp"
+#include "tenferro/detail/admission/compute_pool.hpp"
+#include "tenferro/detail/admission/permit_queue.hpp"
 
 namespace tenferro::detail {
 
