@@ -98,6 +98,12 @@ void compute_pool::grow_to(std::size_t threads) {
     std::lock_guard grow(grow_mutex_);
     const std::size_t first = thread_count_.load(std::memory_order_acquire);
     if (threads <= first) return;
+    {
+        // Room first: a joinable thread that could not be stored would end
+        // the process (S19: out of memory here, set_permits throws instead).
+        std::lock_guard lock(mutex_);
+        workers_.reserve(threads);
+    }
     for (std::size_t i = first; i < threads; ++i) {
         std::thread worker([this, i] { worker_main(i); });
         std::exception_ptr pin_error;

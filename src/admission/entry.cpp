@@ -116,7 +116,7 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
     permits_ = static_cast<std::uint32_t>(std::min<std::size_t>(options.permits, UINT32_MAX));
     group_ = static_cast<std::uint16_t>(std::min<std::size_t>(options.group, UINT16_MAX));
     bytes_ = options.bytes;
-    deadline_ = options.deadline;
+    when_ = options.deadline;
     starts_on_caller_ = kind_ == entry_kind::scope || !compute_placed_;
     // Nothing to do between grant and hand-off: no hook (and with no observer
     // the host can never be poisoned, S18). A backend's claims happen later,
@@ -281,7 +281,7 @@ void entry_base::start(session_context* ctx) noexcept {
                               compose_detail({"session_options::group is ", group_, " and the host has ",
                                               queue.groups(), queue.groups() == 1 ? " group" : " groups"}));
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
-    const auto deadline = deadline_;
+    const auto deadline = when_;
     const bool has_deadline = deadline != std::chrono::steady_clock::time_point::max();
     if (has_deadline) {
         try {
@@ -442,7 +442,7 @@ void entry_base::run() noexcept {
     }
     try {
         if (kind_ == entry_kind::scope) {
-            if (queue.measures_time()) body_started_ = std::chrono::steady_clock::now();
+            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
@@ -450,7 +450,7 @@ void entry_base::run() noexcept {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
-            if (queue.measures_time()) body_started_ = std::chrono::steady_clock::now();
+            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             run_session(session_grant{
                 permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
                 scope_ ? 0 : bytes_, group_});
@@ -526,8 +526,8 @@ void entry_base::release_permits() noexcept {
     // P2: the group pays for the permit-time from the body's start (none
     // when the body never started, or the host does not measure).
     double held_seconds = -1;
-    if (body_started_ != std::chrono::steady_clock::time_point{})
-        held_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
+    if (when_ != std::chrono::steady_clock::time_point{})
+        held_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - when_).count();
     entry_node* handoffs = nullptr;
     waiter_list granted = core_->queue().release(released_grant(*this, held_seconds), &handoffs);
     host_core::start_granted(std::move(granted), handoffs);

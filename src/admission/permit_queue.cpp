@@ -55,11 +55,11 @@ void permit_queue::link_locked(group_queue& g, permit_waiter& w) noexcept {
     g.queued_permits += w.permits_;
     ++waiting_;
     auto& e = static_cast<entry_node&>(w);
-    if (e.deadline_ != std::chrono::steady_clock::time_point::max()) {
+    if (e.when_ != std::chrono::steady_clock::time_point::max()) {
         // Sorted by deadline, scanning from the latest: deadlines are mostly
         // "now + the client's timeout", so an arrival usually goes last.
         entry_node* after = deadlines_.back();
-        while (after != nullptr && after->deadline_ > e.deadline_) after = after->handoff_prev_;
+        while (after != nullptr && after->when_ > e.when_) after = after->handoff_prev_;
         deadlines_.insert_after(after, e);
     }
 }
@@ -73,7 +73,7 @@ void permit_queue::unlink_locked(permit_waiter& w) noexcept {
 }
 
 void permit_queue::leave_locked(entry_node& w) noexcept {
-    if (w.deadline_ != std::chrono::steady_clock::time_point::max()) deadlines_.unlink(w);
+    if (w.when_ != std::chrono::steady_clock::time_point::max()) deadlines_.unlink(w);
 }
 
 permit_queue::group_queue* permit_queue::next_group_locked() noexcept {
@@ -119,9 +119,9 @@ acquire_outcome permit_queue::acquire(entry_node& w, bool may_wait, bool start_i
         return acquire_outcome::too_large;
     }
     std::chrono::steady_clock::time_point now{};
-    if (w.deadline_ != std::chrono::steady_clock::time_point::max()) {
+    if (w.when_ != std::chrono::steady_clock::time_point::max()) {
         now = std::chrono::steady_clock::now();
-        if (w.deadline_ <= now) {
+        if (w.when_ <= now) {
             ++g.rejected;
             ++g.expired;
             return acquire_outcome::expired;
@@ -153,7 +153,7 @@ acquire_outcome permit_queue::acquire(entry_node& w, bool may_wait, bool start_i
     if (reject_late_ && now != std::chrono::steady_clock::time_point{}) {
         const std::chrono::steady_clock::duration wait = predicted_wait_locked(w);
         if (predicted != nullptr) *predicted = wait;
-        if (wait > w.deadline_ - now) {
+        if (wait > w.when_ - now) {
             ++g.rejected;
             ++g.expired;
             return acquire_outcome::late;
@@ -186,6 +186,7 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
 
 void permit_queue::grant_locked(entry_node& w, bool ready, bool listed) noexcept {
     w.state_ = permit_waiter::state::granted;
+    w.when_ = {};  // out of the deadline list (leave_locked) or never in it: the word now times the body
     ++groups_[w.group_].admitted;
     start_order_.granted_locked(w, ready, listed);
 }
@@ -279,7 +280,7 @@ std::chrono::steady_clock::time_point permit_queue::expire_due(std::chrono::stea
     if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
     while (entry_node* w = deadlines_.front()) {
-        if (w->deadline_ > now) break;
+        if (w->when_ > now) break;
         unlink_locked(*w);
         w->state_ = permit_waiter::state::removed;
         group_queue& g = groups_[w->group_];
@@ -290,7 +291,7 @@ std::chrono::steady_clock::time_point permit_queue::expire_due(std::chrono::stea
     if (admits_locked()) grant_fitting_locked(granted, handoffs);
     publish_hint_locked();
     const entry_node* next = deadlines_.front();
-    return next != nullptr ? next->deadline_ : std::chrono::steady_clock::time_point::max();
+    return next != nullptr ? next->when_ : std::chrono::steady_clock::time_point::max();
 }
 
 void permit_queue::reject_oversized_locked(waiter_list& rejected) noexcept {

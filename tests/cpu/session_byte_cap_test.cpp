@@ -71,7 +71,8 @@ TEST_CASE("P6: a bad_alloc that leaves the body is the body's exception, and the
     bool threw_bad_alloc = false;
     spawn(io, [&]() -> asio::awaitable<void> {
         try {
-            (void)co_await cpu.with_backend_session(declaring(4096), [&](backend_session& s) { return s.copy(x.view()); });
+            (void)co_await cpu.with_backend_session(declaring(4096),
+                                                    [&](backend_session& s) { return s.copy(x.view()); });
         } catch (const std::bad_alloc&) {
             threw_bad_alloc = true;
         }

@@ -218,9 +218,6 @@ private:
     std::shared_ptr<session_context> scope_;         // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
     session_entry_error::texts* error_texts_ = nullptr;  // shared, immutable; null when out of memory
-    // When the body started, on hosts that charge groups for permit-time
-    // (permit_queue::measures_time, P2); the epoch otherwise.
-    std::chrono::steady_clock::time_point body_started_{};
 };
 
 }  // namespace tenferro::detail

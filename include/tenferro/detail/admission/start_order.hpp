@@ -58,8 +58,12 @@ struct entry_node : permit_waiter {
     // (an entry is in one of the two lists at most, never both).
     entry_node* handoff_prev_ = nullptr;
     entry_node* handoff_next_ = nullptr;
-    // When it must be admitted by (P4); max(): no deadline.
-    std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+    // One word, two uses that never overlap (each parked entry pays for it).
+    // While the entry waits: its deadline (P4; max(): none). From its grant
+    // (which clears it) on: when its body started, on hosts that charge
+    // groups for permit-time (permit_queue::measures_time, P2); the epoch
+    // when not measured or not started.
+    std::chrono::steady_clock::time_point when_ = std::chrono::steady_clock::time_point::max();
 };
 
 /// The start order of one host's entries. Every member whose name ends in

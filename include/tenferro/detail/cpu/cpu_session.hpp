@@ -9,10 +9,10 @@
 
 #include <atomic>
 #include <cstddef>
-#include <memory_resource>
-#include <new>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
+#include <new>
 #include <span>
 #include <string_view>
 
@@ -73,7 +73,11 @@ public:
     struct claimed_t {};
     cpu_session(claimed_t, compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
                 cpu_runtime_cache& cache, std::size_t byte_cap = 0) noexcept
-        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache), capped_(*buffers, byte_cap),
+        : pool_(pool),
+          permits_(permits),
+          buffers_(buffers),
+          cache_(cache),
+          capped_(*buffers, byte_cap),
           claimed_(true) {}
     ~cpu_session() override {
         if (claimed_) release_claim();
