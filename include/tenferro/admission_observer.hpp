@@ -32,10 +32,16 @@ public:
 /// `admitted` counts entries whose body was (or is about to be) started,
 /// `completed` those whose body finished (at quiescence the two are equal and
 /// `available == permits`); `rejected` counts entries completed with any
-/// admission error but `cancelled`, which has its own counter.
+/// admission error but `cancelled`, which has its own counter; `expired`
+/// counts those of them completed with `deadline_exceeded`. `available` is
+/// `permits` minus the permits held, floored at 0 (after `set_permits` shrank
+/// the host below what running sessions hold). `memory_budget` and
+/// `memory_available` are 0 without a byte budget.
 struct admission_stats {
     std::size_t permits, available, waiting;
     std::uint64_t admitted, completed, rejected, cancelled;
+    std::uint64_t expired;
+    std::size_t memory_budget, memory_available;
 };
 
 }  // namespace tenferro

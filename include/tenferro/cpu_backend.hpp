@@ -57,6 +57,11 @@ struct cpu_backend_options {
     /// tenferro::cpu_backend cpu({.on_worker_start = [](std::size_t) { setpriority(PRIO_PROCESS, gettid(), 19); }});
     /// \endcode
     std::function<void(std::size_t worker_index)> on_worker_start = nullptr;
+    /// Tenant groups, byte budget and early rejection: exactly as
+    /// `host_options::groups`, `memory_budget` and `reject_late` (section 8).
+    std::vector<group_options> groups = {};
+    std::size_t memory_budget = 0;
+    bool reject_late = false;
 };
 
 /// The CPU backend host. Models `backend_session_host`.

@@ -30,6 +30,7 @@ enum class session_entry_errc : int {
     resource_poisoned,     ///< admission state poisoned by an earlier failure inside admission
     executor,              ///< the compute executor cannot be entered (stopped, shut down, lost work)
     cancelled,             ///< the entry was cancelled while waiting; the body did not run
+    deadline_exceeded,     ///< not admitted by `session_options::deadline` (or predicted not to be)
 };
 
 /// The category of `session_entry_errc`; `name()` is `"tenferro.session_entry"`.

@@ -17,6 +17,11 @@ struct session_grant {
     /// The executor the body runs on: a compute worker of the host
     /// (`placement::compute`) or the caller's associated executor.
     asio::any_io_executor executor;
+    /// The workspace granted with the permits (`session_options::bytes`; 0 for
+    /// a session inside an execution scope, which declares none of its own).
+    std::size_t bytes = 0;
+    /// The tenant group it was admitted in (`session_options::group`).
+    std::size_t group = 0;
 };
 
 }  // namespace tenferro

@@ -96,6 +96,17 @@ struct host_options {
     /// The deterministic simulation (tests/sim/) sets it to a simulated
     /// executor, so that one seeded scheduler owns every hop of the host.
     asio::any_io_executor compute_executor = {};
+    /// Tenant groups (P1-P3): FIFO within each, weighted shares of permit-time
+    /// between them; an entry names its group in `session_options::group`.
+    /// Empty: one group, `{"default", 1}`. \throws std::invalid_argument
+    /// (from the constructor) for a weight of 0 or more than 65535 groups.
+    std::vector<group_options> groups = {};
+    /// Bytes the host's sessions may declare together (`session_options::bytes`,
+    /// P6); 0: no byte budget.
+    std::size_t memory_budget = 0;
+    /// P5: reject at once an arriving `fifo` entry whose predicted wait exceeds
+    /// the time left to its deadline.
+    bool reject_late = false;
 };
 
 namespace detail {
@@ -140,7 +151,8 @@ public:
         : backend_(std::forward<A>(backend_args)...),
           core_(std::make_shared<detail::host_core>(
               std::string(backend_.name()), detail::resolve_permits(options.permits), options.max_waiters, options.cpus,
-              std::move(options.observer), std::move(options.on_worker_start), std::move(options.compute_executor))) {}
+              std::move(options.observer), std::move(options.on_worker_start), std::move(options.compute_executor),
+              detail::admission_policy{std::move(options.groups), options.memory_budget, options.reject_late})) {}
 
     /// `shutdown()`, then waits for running sessions, then joins the workers;
     /// the backend is destroyed last.
@@ -202,20 +214,31 @@ public:
     /// its own backend session with the scope's grant. Completion signature,
     /// resumption and cancellation as for `with_backend_session`.
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
+        requires(!std::is_same_v<std::remove_cvref_t<F>, session_options>)
     auto with_execution_scope(F&& body, CompletionToken&& token = {}) {
+        return with_execution_scope(session_options{}, std::forward<F>(body), std::forward<CompletionToken>(token));
+    }
+
+    /// As above, admitted with `options`' wait policy, group, deadline and
+    /// bytes (section 8). A scope holds one permit and runs on the caller's
+    /// executor: `options.permits` must be 1 and `options.where` is not used.
+    /// The sessions inside declare no bytes of their own.
+    template <class F, class CompletionToken = asio::use_awaitable_t<>>
+    auto with_execution_scope(session_options options, F&& body, CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, execution_scope>::value_type;
         detail::reserve_for_initiation<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>();
+        options.where = placement::caller;
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::scope, detail::no_opener>{
-                core_, session_options{1, wait_policy::fifo, placement::caller}, {}},
-            token, std::forward<F>(body));
+            detail::initiate_entry<detail::entry_kind::scope, detail::no_opener>{core_, options, {}}, token,
+            std::forward<F>(body));
     }
 
     B& backend() noexcept { return backend_; }
     const B& backend() const noexcept { return backend_; }
     /// `backend().name()`, as it was when the host was built.
     std::string_view name() const noexcept { return core_->name(); }
-    /// Total permits (= compute workers, unless `compute_executor` was given).
+    /// Total permits (compute workers start with them, unless `compute_executor`
+    /// was given); `set_permits` changes it.
     std::size_t permits() const noexcept { return core_->queue().permits(); }
     /// A consistent snapshot of the admission counters.
     admission_stats stats() const { return core_->stats(); }
@@ -224,6 +247,21 @@ public:
     /// Stops admitting: queued and later entries complete with `executor`;
     /// running sessions finish normally. Idempotent.
     void shutdown() { core_->shut_down(); }
+
+    /// The number of tenant groups (`host_options::groups`, at least 1).
+    std::size_t groups() const noexcept { return core_->queue().groups(); }
+    /// A consistent snapshot of group `group`'s counters (P8).
+    /// \throws std::out_of_range for `group >= groups()`.
+    tenferro::group_stats group_stats(std::size_t group) const { return core_->queue().group_counters(group); }
+    /// P7: the host has `n` permits from now on. Growing grants waiters at
+    /// once, in policy order (and starts compute workers up to `n`); shrinking
+    /// preempts no running session: new grants wait until the permits held
+    /// drop below `n`. Waiters asking for more than `n` complete with
+    /// `incompatible_context`. \throws std::invalid_argument for `n == 0`.
+    void set_permits(std::size_t n) { core_->set_permits(n); }
+    /// P7 for bytes: the budget is `bytes` from now on (0: none); waiters
+    /// declaring more complete with `incompatible_context`.
+    void set_memory_budget(std::size_t bytes) { core_->set_memory_budget(bytes); }
 
 protected:
     /// One entry, whose session `opener` opens: how a host derived from this

@@ -3,6 +3,7 @@
 /// `session_options`: how one entry asks for admission — its weight, whether
 /// it waits, and where its body runs. The same for every host.
 
+#include <chrono>
 #include <cstddef>
 
 namespace tenferro {
@@ -24,6 +25,17 @@ struct session_options {
     std::size_t permits = 1;               ///< weighted entry: this many permits, granted together
     wait_policy wait = wait_policy::fifo;  ///< `never`: admit now or fail with `contended`
     placement where = placement::compute;  ///< where the body runs
+    /// The tenant group it is admitted in: an index into `host_options::groups`
+    /// (out of range: `incompatible_context`). FIFO within a group, weighted
+    /// shares between groups (docs/contract.md, P1-P3).
+    std::size_t group = 0;
+    /// Admitted by then, or completed with `deadline_exceeded` (P4); `max()`:
+    /// no deadline. Bounds admission only: a granted body runs to its end.
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    /// Workspace the session declares, granted from `host_options::memory_budget`
+    /// together with its permits (P6); `cpu_backend` caps the session's
+    /// buffer-pool and scratch allocations at it when non-zero.
+    std::size_t bytes = 0;
 };
 
 }  // namespace tenferro

@@ -2,6 +2,7 @@
 /// \file
 /// Umbrella header: everything a tenferro user needs.
 
+#include "tenferro/admission_group.hpp"
 #include "tenferro/admission_observer.hpp"
 #include "tenferro/asio.hpp"
 #include "tenferro/backend_session.hpp"

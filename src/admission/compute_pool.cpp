@@ -54,17 +54,13 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
                                             ", which this process may not run on");
         }
     }
+    cpus_.assign(cpus.begin(), cpus.end());
     workers_.reserve(threads);
     try {
         for (std::size_t i = 0; i < threads; ++i) {
             workers_.emplace_back([this, i] { worker_main(i); });
-            if (!cpus.empty()) {
-                cpu_set_t one;
-                CPU_ZERO(&one);
-                CPU_SET(cpus[i % cpus.size()], &one);
-                if (int rc = pthread_setaffinity_np(workers_.back().native_handle(), sizeof(one), &one); rc != 0)
-                    throw std::system_error(rc, std::system_category(), "tenferro: pthread_setaffinity_np");
-            }
+            thread_count_.store(workers_.size(), std::memory_order_release);
+            pin(workers_.back(), i);
         }
         if (on_worker_start_) {
             // Every worker is pinned: let them run the hook, and wait for all.
@@ -87,6 +83,49 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
 }
 
 compute_pool::compute_pool(asio::any_io_executor external) : external_(std::move(external)) {}
+
+void compute_pool::pin(std::thread& worker, std::size_t index) {
+    if (cpus_.empty()) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus_[index % cpus_.size()], &one);
+    if (int rc = pthread_setaffinity_np(worker.native_handle(), sizeof(one), &one); rc != 0)
+        throw std::system_error(rc, std::system_category(), "tenferro: pthread_setaffinity_np");
+}
+
+void compute_pool::grow_to(std::size_t threads) {
+    if (external_) return;
+    std::lock_guard grow(grow_mutex_);
+    const std::size_t first = thread_count_.load(std::memory_order_acquire);
+    if (threads <= first) return;
+    {
+        // Room first: a joinable thread that could not be stored would end
+        // the process (S19: out of memory here, set_permits throws instead).
+        std::lock_guard lock(mutex_);
+        workers_.reserve(threads);
+    }
+    for (std::size_t i = first; i < threads; ++i) {
+        std::thread worker([this, i] { worker_main(i); });
+        std::exception_ptr pin_error;
+        try {
+            pin(worker, i);
+        } catch (...) {
+            pin_error = std::current_exception();  // it runs unpinned; reported below
+        }
+        {
+            std::lock_guard lock(mutex_);
+            workers_.push_back(std::move(worker));
+        }
+        thread_count_.store(i + 1, std::memory_order_release);
+        if (pin_error) std::rethrow_exception(pin_error);
+    }
+    if (on_worker_start_) {
+        // start_released_ is set: the new workers run the hook at once.
+        std::unique_lock lock(mutex_);
+        start_cv_.wait(lock, [&] { return started_ == threads || stopping_; });
+        if (start_error_) std::rethrow_exception(std::exchange(start_error_, nullptr));
+    }
+}
 
 compute_pool::~compute_pool() {
     task_list orphans;

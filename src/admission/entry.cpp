@@ -1,7 +1,10 @@
 // The handler-independent half of a session entry: admission decisions, the
 // runner, and the release path. See include/tenferro/detail/admission/entry_op.hpp.
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <utility>
@@ -108,7 +111,12 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
       kind_(kind),
       may_wait_(options.wait == wait_policy::fifo),
       compute_placed_(options.where == placement::compute) {
-    permits_ = options.permits;
+    // Out-of-range asks are kept recognisable and rejected in start(): more
+    // permits than 2^32 (more than any host has) and groups past 2^16.
+    permits_ = static_cast<std::uint32_t>(std::min<std::size_t>(options.permits, UINT32_MAX));
+    group_ = static_cast<std::uint16_t>(std::min<std::size_t>(options.group, UINT16_MAX));
+    bytes_ = options.bytes;
+    when_ = options.deadline;
     starts_on_caller_ = kind_ == entry_kind::scope || !compute_placed_;
     // Nothing to do between grant and hand-off: no hook (and with no observer
     // the host can never be poisoned, S18). A backend's claims happen later,
@@ -119,14 +127,14 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
 entry_base::~entry_base() { discard_error(); }
 
 static_assert(static_cast<int>(session_entry_errc::reentered) == 1 &&
-                  static_cast<int>(session_entry_errc::cancelled) <= 255,
+                  static_cast<int>(session_entry_errc::deadline_exceeded) <= 255,
               "entry_base keeps the code in a byte, 0 meaning none");
 
 session_entry_error entry_base::make_error(std::string_view host, session_entry_errc code,
                                            std::string detail) noexcept {
     const int raw = static_cast<int>(code);
     if (raw < static_cast<int>(session_entry_errc::reentered) ||
-        raw > static_cast<int>(session_entry_errc::cancelled)) {
+        raw > static_cast<int>(session_entry_errc::deadline_exceeded)) {
         // Only a backend's open_session can bring a code outside the
         // enumeration (session_entry_errc{0}, a cast int). The entry still
         // fails, as `executor` (the backend could not open it), and says so.
@@ -214,7 +222,7 @@ void entry_base::reject(session_entry_errc code, std::string_view detail) noexce
 }
 
 void entry_base::reject_counted(session_entry_errc code, std::string_view detail) noexcept {
-    core_->queue().note_rejected();
+    core_->queue().note_rejected(group_);
     reject(code, detail);
 }
 
@@ -240,6 +248,15 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(session_entry_errc::incompatible_context,
                                   compose_detail({"the execution scope holds 1 permit and the session asks for ",
                                                   permits_, permits_word(permits_)}));
+        if (group_ >= queue.groups())
+            return reject_counted(session_entry_errc::incompatible_context,
+                                  compose_detail({"session_options::group is ", group_, " and the host has ",
+                                                  queue.groups(), queue.groups() == 1 ? " group" : " groups"}));
+        if (bytes_ != 0)
+            return reject_counted(session_entry_errc::incompatible_context,
+                                  compose_detail({"a session inside an execution scope declares no bytes of its "
+                                                  "own (the scope's options do), and this one declares ",
+                                                  bytes_}));
         // The scope's permit never meets the queue, but the host's state still
         // applies (S11, S12); after the context checks, as for entries that
         // queue, so that reentered and incompatible_context keep precedence.
@@ -259,9 +276,24 @@ void entry_base::start(session_context* ctx) noexcept {
         return reject_counted(session_entry_errc::incompatible_context,
                               compose_detail({"the entry asks for ", permits_, permits_word(permits_),
                                               " and the host has ", queue.permits(), permits_word(queue.permits())}));
+    if (group_ >= queue.groups())
+        return reject_counted(session_entry_errc::incompatible_context,
+                              compose_detail({"session_options::group is ", group_, " and the host has ",
+                                              queue.groups(), queue.groups() == 1 ? " group" : " groups"}));
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
+    const auto deadline = when_;
+    const bool has_deadline = deadline != std::chrono::steady_clock::time_point::max();
+    if (has_deadline) {
+        try {
+            core_->watch_deadlines();
+        } catch (...) {
+            return reject_counted(session_entry_errc::executor, "the host's deadline timer could not be started");
+        }
+    }
+    host_core* const core = core_.get();  // alive: we are inside one of its initiating functions
 
-    switch (queue.acquire(*this, may_wait_, /*start_inline_if_clear=*/true)) {
+    std::chrono::steady_clock::duration predicted{};
+    switch (queue.acquire(*this, may_wait_, /*start_inline_if_clear=*/true, &predicted)) {
     case acquire_outcome::granted_inline:
         // The caller-placement fast path (S17 checked by the queue in the same
         // critical section as the grant): ready at the grant means no observer
@@ -272,13 +304,34 @@ void entry_base::start(session_context* ctx) noexcept {
     case acquire_outcome::granted:
         return on_granted(true);
     case acquire_outcome::queued:
-        return;  // the queue owns the next step; touch nothing more here
+        // The queue owns the next step; touch nothing of this entry more here.
+        if (has_deadline) core->arm_deadline(deadline);
+        return;
+    case acquire_outcome::late: {
+        using us = std::chrono::microseconds;
+        const auto left = std::chrono::duration_cast<us>(deadline - std::chrono::steady_clock::now());
+        return reject(session_entry_errc::deadline_exceeded,
+                      compose_detail({"rejected early (host_options::reject_late): the predicted wait is ",
+                                      static_cast<std::size_t>(std::chrono::duration_cast<us>(predicted).count()),
+                                      " us and ", static_cast<std::size_t>(left.count() < 0 ? 0 : left.count()),
+                                      " us are left to the deadline; the body did not run"}));
+    }
+    case acquire_outcome::expired:
+        return reject(session_entry_errc::deadline_exceeded,
+                      "the deadline (session_options::deadline) had passed when the entry was initiated; the body "
+                      "did not run");
     case acquire_outcome::would_wait:
         return reject(session_entry_errc::contended,
                       compose_detail({"wait_policy::never and ", permits_, permits_word(permits_),
                                       " cannot be granted at once (taken, or promised to earlier waiters)"}));
     case acquire_outcome::queue_full:
         return reject(session_entry_errc::contended, "the admission queue is full (max_waiters reached)");
+    case acquire_outcome::too_large:
+        // The host shrank (set_permits, set_memory_budget) since the check above, or the bytes exceed the budget.
+        return reject(session_entry_errc::incompatible_context,
+                      compose_detail({"the entry asks for ", permits_, permits_word(permits_), " and ", bytes_,
+                                      " bytes, more than the host's ", queue.permits(), permits_word(queue.permits()),
+                                      " or its memory budget"}));
     case acquire_outcome::poisoned:
         return reject(session_entry_errc::resource_poisoned,
                       "an admission_observer hook threw earlier; the host admits nothing more");
@@ -318,7 +371,7 @@ void entry_base::give_back_grant() noexcept {
     // (`this` keeps the host alive meanwhile: it is not handed off.)
     if (starts_on_caller_) hand_off_in_grant_order(queue.start_order().abandon_handoff(*this));
     entry_node* handoffs = nullptr;
-    waiter_list granted = queue.release(permits_, &handoffs);
+    waiter_list granted = queue.release(released_grant(*this, -1), &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }
 
@@ -384,11 +437,12 @@ void entry_base::run() noexcept {
         // granted (and handed to its executor) before that.
         set_error(session_entry_errc::resource_poisoned,
                   "an admission_observer hook threw after this entry was admitted; the body did not run");
-        queue.note_rejected();
+        queue.note_rejected(group_);
         return body_finished();
     }
     try {
         if (kind_ == entry_kind::scope) {
+            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
@@ -396,22 +450,24 @@ void entry_base::run() noexcept {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
+            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             run_session(session_grant{
-                permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor()});
+                permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
+                scope_ ? 0 : bytes_, group_});
         }
     } catch (...) {
         // Only the runtime's own set-up can get here (allocating the body's
         // context, wrapping the caller's executor): the body never started.
         body_context_.reset();
         set_error(session_entry_errc::executor, "the session could not be started on its executor");
-        core_->queue().note_rejected();
+        core_->queue().note_rejected(group_);
         body_finished();
     }
 }
 
 void entry_base::drop() noexcept {
     core_->queue().start_order().note_started(*this);
-    core_->queue().note_rejected();
+    core_->queue().note_rejected(group_);
     set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");
     release_permits();
     complete(false);
@@ -419,13 +475,13 @@ void entry_base::drop() noexcept {
 
 void entry_base::opened_rejected(const session_entry_error& error) noexcept {
     adopt_error(backend_rejection(core_->name(), error));
-    core_->queue().note_rejected();
+    core_->queue().note_rejected(group_);
     body_finished();
 }
 
 void entry_base::open_threw() noexcept {
     adopt_error(open_threw_error(core_->name()));
-    core_->queue().note_rejected();
+    core_->queue().note_rejected(group_);
     body_finished();
 }
 
@@ -455,7 +511,7 @@ void entry_base::release_permits() noexcept {
     if (scope_) {
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();
-        core_->queue().note_completed_without_permits();
+        core_->queue().note_completed_without_permits(group_);
         return;
     }
     if (!holds_permits_) return;  // rejected before the grant: nothing to give back
@@ -467,8 +523,13 @@ void entry_base::release_permits() noexcept {
             core_->poison("an admission_observer::on_released hook threw");
         }
     }
+    // P2: the group pays for the permit-time from the body's start (none
+    // when the body never started, or the host does not measure).
+    double held_seconds = -1;
+    if (when_ != std::chrono::steady_clock::time_point{})
+        held_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - when_).count();
     entry_node* handoffs = nullptr;
-    waiter_list granted = core_->queue().release(permits_, &handoffs);
+    waiter_list granted = core_->queue().release(released_grant(*this, held_seconds), &handoffs);
     host_core::start_granted(std::move(granted), handoffs);
 }
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "tenferro/detail/admission/entry_op.hpp"
@@ -9,14 +10,26 @@
 
 namespace tenferro::detail {
 
+namespace {
+
+queue_policy queue_policy_of(admission_policy policy) {
+    // The clock is read (twice per session) only where something uses it:
+    // charging groups for permit-time (P2), predicting waits (P5).
+    const bool measure = policy.groups.size() > 1 || policy.reject_late;
+    return {std::move(policy.groups), policy.memory_budget, measure, policy.reject_late};
+}
+
+}  // namespace
+
 host_core::host_core(std::string name, std::size_t permits, std::size_t max_waiters, std::span<const unsigned> cpus,
                      std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start,
-                     asio::any_io_executor compute_executor)
+                     asio::any_io_executor compute_executor, admission_policy policy)
     : name_(std::move(name)),
-      queue_(permits, max_waiters),
+      queue_(permits, max_waiters, queue_policy_of(std::move(policy))),
       pool_(compute_executor ? std::make_unique<compute_pool>(std::move(compute_executor))
                              : std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
-      observer_(std::move(observer)) {
+      observer_(std::move(observer)),
+      reject_late_(policy.reject_late) {
     // The thread that retries hand-offs which failed for want of memory
     // (S19): started here, where throwing is allowed, so that no entry ever
     // needs to start it while memory is short.
@@ -44,7 +57,8 @@ void load_libc_unwinder() noexcept {
 
 admission_stats host_core::stats() const {
     const permit_counters c = queue_.counters();
-    return {c.permits, c.available, c.waiting, c.admitted, c.completed, c.rejected, c.cancelled};
+    return {c.permits,  c.available, c.waiting, c.admitted,      c.completed,
+            c.rejected, c.cancelled, c.expired, c.memory_budget, c.memory_available};
 }
 
 std::size_t resolve_permits(std::size_t requested) noexcept {
@@ -75,6 +89,51 @@ void host_core::shut_down() noexcept {
     while (permit_waiter* w = drained.pop_front())
         static_cast<entry_base*>(w)->reject(session_entry_errc::executor,
                                             "the host was shut down while the entry waited");
+}
+
+void host_core::settle(waiter_list granted, waiter_list rejected, entry_node* handoffs,
+                       std::string_view what) noexcept {
+    start_granted(std::move(granted), handoffs);
+    while (permit_waiter* w = rejected.pop_front())
+        static_cast<entry_base*>(w)->reject(session_entry_errc::incompatible_context,
+                                            compose_detail({what, " while the entry waited; it can no longer fit"}));
+}
+
+void host_core::set_permits(std::size_t n) {
+    if (n == 0) throw std::invalid_argument("set_permits: a host needs at least 1 permit");
+    pool_->grow_to(n);  // a worker per permit before the permits exist
+    waiter_list granted, rejected;
+    entry_node* handoffs = nullptr;
+    queue_.set_permits(n, granted, rejected, &handoffs);
+    settle(std::move(granted), std::move(rejected), handoffs, "set_permits shrank the host");
+}
+
+void host_core::set_memory_budget(std::size_t bytes) {
+    waiter_list granted, rejected;
+    entry_node* handoffs = nullptr;
+    queue_.set_memory_budget(bytes, granted, rejected, &handoffs);
+    settle(std::move(granted), std::move(rejected), handoffs, "set_memory_budget shrank the budget");
+}
+
+void host_core::watch_deadlines() {
+    // The thread holds the host only while it expires entries: the host is
+    // not kept alive by its own timer.
+    deadlines_.start([weak = weak_from_this()](std::chrono::steady_clock::time_point now) {
+        const std::shared_ptr<host_core> core = weak.lock();
+        return core ? core->expire_due(now) : std::chrono::steady_clock::time_point::max();
+    });
+}
+
+std::chrono::steady_clock::time_point host_core::expire_due(std::chrono::steady_clock::time_point now) noexcept {
+    waiter_list expired, granted;
+    entry_node* handoffs = nullptr;
+    const auto next = queue_.expire_due(now, expired, granted, &handoffs);
+    start_granted(std::move(granted), handoffs);
+    while (permit_waiter* w = expired.pop_front())
+        static_cast<entry_base*>(w)->reject(session_entry_errc::deadline_exceeded,
+                                            "not admitted by its deadline (session_options::deadline); the body "
+                                            "did not run");
+    return next;
 }
 
 void host_core::stop_pool() noexcept {

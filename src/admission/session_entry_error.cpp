@@ -21,6 +21,8 @@ const char* reason(session_entry_errc e) noexcept {
         return "the compute executor cannot run it";
     case session_entry_errc::cancelled:
         return "it was cancelled while waiting";
+    case session_entry_errc::deadline_exceeded:
+        return "it was not admitted by its deadline";
     }
     return "of an unknown admission error";
 }

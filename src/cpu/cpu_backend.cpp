@@ -13,7 +13,8 @@ namespace {
 // one place they meet. Both structs are split into structured bindings below:
 // a field added to either one stops this compiling until it is mapped here.
 host_options host_share(cpu_backend_options& options) {
-    auto& [permits, max_waiters, cpus, observer, buffer_pool_bytes, runtime_cache_bytes, on_worker_start] = options;
+    auto& [permits, max_waiters, cpus, observer, buffer_pool_bytes, runtime_cache_bytes, on_worker_start, groups,
+           memory_budget, reject_late] = options;
     (void)buffer_pool_bytes;    // the engine's, passed to its constructor
     (void)runtime_cache_bytes;  // likewise
     host_options host{.permits = permits,
@@ -21,8 +22,12 @@ host_options host_share(cpu_backend_options& options) {
                       .cpus = std::move(cpus),
                       .observer = std::move(observer),
                       .on_worker_start = std::move(on_worker_start),
-                      .compute_executor = {}};  // the CPU host runs its own workers
-    [[maybe_unused]] auto& [h_permits, h_max_waiters, h_cpus, h_observer, h_on_worker_start, h_compute_executor] = host;
+                      .compute_executor = {},  // the CPU host runs its own workers
+                      .groups = std::move(groups),
+                      .memory_budget = memory_budget,
+                      .reject_late = reject_late};
+    [[maybe_unused]] auto& [h_permits, h_max_waiters, h_cpus, h_observer, h_on_worker_start, h_compute_executor,
+                            h_groups, h_memory_budget, h_reject_late] = host;
     return host;
 }
 

@@ -18,7 +18,8 @@ session_result<cpu_session> cpu_engine::open_session(const session_grant& grant,
         return tl::unexpected<session_entry_error>(
             session_entry_error(session_entry_errc::contended, name(), cache_busy));
     // Built in place: a session is neither copied nor moved.
-    return session_result<cpu_session>(tl::in_place, cpu_session::claimed_t{}, *pool_, grant.permits, buffers_, cache);
+    return session_result<cpu_session>(tl::in_place, cpu_session::claimed_t{}, *pool_, grant.permits, buffers_, cache,
+                                       grant.bytes);
 }
 
 const char* cached_cpu_opener::busy_before_admission() const noexcept { return cache->in_use() ? cache_busy : nullptr; }

@@ -159,17 +159,22 @@ scenario entry_deferred(placement where) {
             }};
 }
 
-enum class wait_kind { queued, weighted, cancelled, shutdown };
+enum class wait_kind { queued, weighted, cancelled, shutdown, deadline, grouped, resized };
 
 /// An entry that waits: behind a holder of every permit (queued), asking two
-/// permits behind a holder of one (weighted), cancelled while it waits, or
-/// drained by shutdown() while the fault is armed.
+/// permits behind a holder of one (weighted), cancelled while it waits,
+/// drained by shutdown(), left at its deadline (the host's deadline thread
+/// starts inside the fault window), in the second group of a host with
+/// groups, or granted by set_permits growing the host (its new worker starts
+/// inside the window) while the fault is armed.
 scenario entry_waiting(wait_kind kind) {
-    const char* kinds[] = {"queued", "weighted", "cancelled", "shutdown"};
+    const char* kinds[] = {"queued", "weighted", "cancelled", "shutdown", "deadline", "grouped", "resized"};
     return {std::string("entry/") + kinds[static_cast<int>(kind)],
             [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
                 asio::io_context io;
-                cpu_backend cpu({.permits = 2});
+                cpu_backend_options options{.permits = 2};
+                if (kind == wait_kind::grouped) options.groups = {{"bulk", 1}, {"interactive", 2}};
+                cpu_backend cpu(std::move(options));
                 probe p;
                 std::atomic<bool> release{false}, held{false};
                 hold(io, cpu, kind == wait_kind::weighted ? 1 : 2, release, v, held);
@@ -178,13 +183,24 @@ scenario entry_waiting(wait_kind kind) {
                 try {
                     const std::size_t permits = kind == wait_kind::weighted ? 2 : 1;
                     p.expected_value = static_cast<int>(permits) + 41;
-                    cpu.with_backend_session(opts(placement::compute, permits), the_body,
+                    session_options o = opts(placement::compute, permits);
+                    if (kind == wait_kind::deadline) o.deadline = std::chrono::steady_clock::now() + 2ms;
+                    if (kind == wait_kind::grouped) o.group = 1;
+                    cpu.with_backend_session(o, the_body,
                                              asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p)));
                 } catch (const std::bad_alloc&) {
                     p.initiation_threw = true;
                 }
                 if (kind == wait_kind::cancelled) cancel.emit(asio::cancellation_type::terminal);
                 if (kind == wait_kind::shutdown) cpu.shutdown();
+                if (kind == wait_kind::deadline) std::this_thread::sleep_for(5ms);  // past it, still held
+                if (kind == wait_kind::resized) {
+                    try {
+                        cpu.set_permits(3);  // grants the waiter, behind a holder of two
+                    } catch (const std::exception&) {
+                        // No memory for the new worker: the permits stay 2 and the waiter waits.
+                    }
+                }
                 release = true;
                 return finish(io, cpu, p, v, injected, 1, kind != wait_kind::shutdown);
             }};
@@ -402,7 +418,8 @@ std::vector<scenario> admission_scenarios() {
         s.push_back(entry_deferred(where));
         s.push_back(custom_backend(where));
     }
-    for (wait_kind k : {wait_kind::queued, wait_kind::weighted, wait_kind::cancelled, wait_kind::shutdown})
+    for (wait_kind k : {wait_kind::queued, wait_kind::weighted, wait_kind::cancelled, wait_kind::shutdown,
+                        wait_kind::deadline, wait_kind::grouped, wait_kind::resized})
         s.push_back(entry_waiting(k));
     s.push_back(entry_cached_busy());
     s.push_back(entry_poisoned());

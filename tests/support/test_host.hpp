@@ -115,6 +115,9 @@ struct test_host_options {
     std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
     std::vector<unsigned> cpus = {};
     std::shared_ptr<admission_observer> observer = nullptr;
+    std::vector<group_options> groups = {};
+    std::size_t memory_budget = 0;
+    bool reject_late = false;
 };
 
 #ifdef TENFERRO_TEST_GENERIC_HOST
@@ -126,7 +129,10 @@ inline host_options host_options_of(test_host_options o) {
     return {.permits = o.permits,
             .max_waiters = o.max_waiters,
             .cpus = std::move(o.cpus),
-            .observer = std::move(o.observer)};
+            .observer = std::move(o.observer),
+            .groups = std::move(o.groups),
+            .memory_budget = o.memory_budget,
+            .reject_late = o.reject_late};
 }
 
 #else
@@ -138,7 +144,10 @@ inline cpu_backend_options host_options_of(test_host_options o) {
     return {.permits = o.permits,
             .max_waiters = o.max_waiters,
             .cpus = std::move(o.cpus),
-            .observer = std::move(o.observer)};
+            .observer = std::move(o.observer),
+            .groups = std::move(o.groups),
+            .memory_budget = o.memory_budget,
+            .reject_late = o.reject_late};
 }
 
 /// cpu_backend does not count its sessions (its own tests check the buffer

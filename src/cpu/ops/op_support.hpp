@@ -86,7 +86,7 @@ inline bool disjoint(const void* p, std::int64_t p_bytes, const void* q, std::in
 /// nullptr for 0 bytes), given back on scope exit, whatever the exit.
 class pooled_scratch {
 public:
-    pooled_scratch(buffer_pool& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
+    pooled_scratch(std::pmr::memory_resource& pool, std::size_t bytes) : pool_(pool), bytes_(bytes) {
         data_ = bytes_ ? pool_.allocate(bytes_, 64) : nullptr;
     }
     ~pooled_scratch() {
@@ -97,7 +97,7 @@ public:
     void* get() const noexcept { return data_; }
 
 private:
-    buffer_pool& pool_;
+    std::pmr::memory_resource& pool_;
     std::size_t bytes_;
     void* data_;
 };

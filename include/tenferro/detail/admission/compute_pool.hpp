@@ -85,7 +85,13 @@ public:
     compute_pool(const compute_pool&) = delete;
     compute_pool& operator=(const compute_pool&) = delete;
 
-    std::size_t threads() const noexcept { return workers_.size(); }
+    std::size_t threads() const noexcept { return thread_count_.load(std::memory_order_acquire); }
+    /// Starts workers until there are `threads` (P7: a host grown by
+    /// set_permits keeps a worker per permit); each new one is pinned as the
+    /// first ones were and runs the start-up hook before this returns. A
+    /// no-op with an external executor or when there are enough. \throws the
+    /// first exception of a new worker's hook (that worker runs all the same).
+    void grow_to(std::size_t threads);
     /// The user's executor that runs the tasks, or an empty one (own workers).
     const asio::any_io_executor& external_executor() const noexcept { return external_; }
     executor_type get_executor() noexcept;
@@ -110,6 +116,7 @@ public:
 
 private:
     void worker_main(std::size_t index);
+    void pin(std::thread& worker, std::size_t index);
     void submit_external(pool_task& task) noexcept;
     void run_start_hook(std::size_t index) noexcept;
     pool_task* try_pop() noexcept;
@@ -129,7 +136,10 @@ private:
     bool start_released_ = false;  // workers are pinned; they may run the hook
     std::size_t started_ = 0;      // workers that have run the hook
     std::exception_ptr start_error_;
-    std::vector<std::thread> workers_;
+    std::vector<std::thread> workers_;   // guarded by mutex_ once the constructor returned
+    std::vector<unsigned> cpus_;         // what the workers are pinned to, round-robin
+    std::atomic<std::size_t> thread_count_{0};
+    std::mutex grow_mutex_;              // one grow_to at a time
     asio::any_io_executor external_;  // set: no workers, tasks go here
 };
 

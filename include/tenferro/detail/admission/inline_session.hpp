@@ -88,7 +88,7 @@ struct inline_session {
                                                     const io_executor& io, std::exception_ptr& exception) noexcept {
         permit_queue& queue = core.queue();
         permit_waiter waiter;
-        waiter.permits_ = options.permits;
+        waiter.permits_ = static_cast<std::uint32_t>(options.permits);  // eligible: at most the host's permits
         if (!queue.try_acquire_inline(waiter)) return std::nullopt;
         // Admitted: from here on the entry completes by this path, and its
         // body starts now (the queue did not count it as unstarted).
@@ -106,6 +106,12 @@ private:
         if (options.where != placement::caller || core.observer() != nullptr) return false;
         if (current_sync_context() != nullptr) return false;
         if (options.permits == 0 || options.permits > core.queue().permits()) return false;
+        // Entries with an admission policy (a group, bytes, a deadline) and
+        // hosts that measure permit-time go the general way; the fast path
+        // stays what it is for the default entry on the default host.
+        if (options.group != 0 || options.bytes != 0 ||
+            options.deadline != std::chrono::steady_clock::time_point::max() || core.queue().measures_time())
+            return false;
         if constexpr (requires { opener.busy_before_admission(); }) {
             if (opener.busy_before_admission() != nullptr) return false;
         }

@@ -1,13 +1,21 @@
 #pragma once
-// The weighted FIFO permit queue at the heart of admission.
+// The permit queue at the heart of admission: FIFO within each tenant group,
+// weighted shares of permit-time between groups, an optional byte budget, and
+// a permit count that may change while it runs (docs/contract.md S4, P1-P8).
 //
 // Design (see docs/design/session-entry.md):
 //  * Waiters are intrusive nodes living inside each entry's operation state, so
 //    waiting allocates nothing and leaving the queue (cancellation) is an O(1)
 //    unlink.
 //  * Strict FIFO, no barging: an acquire succeeds at once only when nobody is
-//    queued *and* enough permits are free. A weighted head blocks everybody
-//    behind it until it can be satisfied.
+//    queued *and* enough permits (and bytes) are free. A weighted head blocks
+//    everybody behind it until it can be satisfied.
+//  * Groups (P2, P3): each group is a FIFO of its own. When permits free up,
+//    the backlogged group with the least charge (permit-seconds / weight) is
+//    served; if its head does not fit, nothing is granted until it does. A
+//    group that becomes backlogged starts from the least charge then
+//    backlogged, so idle time is not banked. With one group (the default)
+//    this is the single FIFO above, at its cost: no clock is read.
 //  * The queue never runs user code and never resumes anybody. Every mutating
 //    call hands back the list of waiters it granted (in FIFO order); the caller
 //    resumes them after the lock is released, on their own executors.
@@ -27,7 +35,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "tenferro/admission_group.hpp"
 #include "tenferro/detail/admission/brief_mutex.hpp"
 #include "tenferro/detail/admission/permit_waiter.hpp"
 #include "tenferro/detail/admission/start_order.hpp"
@@ -45,20 +57,47 @@ enum class acquire_outcome : std::uint8_t {
     granted_inline,
     queued,      // the waiter is linked; a later release/cancel will grant it
     would_wait,  // may_wait was false and it could not be admitted at once
-    queue_full,  // the waiter count reached max_waiters
+    queue_full,  // the waiter count reached max_waiters (the host's or its group's)
+    too_large,   // it asks for more permits than the host has, or more bytes than its budget
     poisoned,    // the queue is poisoned
     shut_down,   // the queue was shut down
+    expired,     // its deadline had passed already (P4)
+    late,        // its predicted wait exceeds the time left to its deadline (P5, reject_late)
 };
 
-/// Counters kept under the queue lock; `cpu_backend::stats()` reads them.
+/// Counters kept under the queue lock; `session_host::stats()` reads them.
 struct permit_counters {
     std::size_t permits = 0, available = 0, waiting = 0;
-    std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0;
+    std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
+    std::size_t memory_budget = 0, memory_available = 0;
+};
+
+/// What a session gives back when it releases its grant: its permits, its
+/// bytes, its group, and for how long it held them (seconds from its body's
+/// start; negative when the host does not measure, see measures_time()).
+/// Converts from a permit count: a grant of group 0 with no bytes.
+struct released_grant {
+    released_grant(std::size_t n) noexcept : permits(n) {}  // NOLINT: a count is a grant
+    released_grant(const permit_waiter& w, double held_seconds) noexcept
+        : permits(w.permits_), bytes(w.bytes_), group(w.group_), seconds(held_seconds) {}
+    std::size_t permits;
+    std::size_t bytes = 0;
+    std::size_t group = 0;
+    double seconds = -1;
+};
+
+/// How a queue's groups, bytes and clock are set up; the defaults are one
+/// group, no budget, no clock.
+struct queue_policy {
+    std::vector<group_options> groups = {};  // empty: one group, {"default", 1}
+    std::size_t memory_budget = 0;           // 0: no byte budget
+    bool measure_time = false;               // charge by measured permit-time (more than one group, or reject_late)
+    bool reject_late = false;                // P5
 };
 
 class permit_queue {
 public:
-    permit_queue(std::size_t permits, std::size_t max_waiters) noexcept;
+    permit_queue(std::size_t permits, std::size_t max_waiters, queue_policy policy = {});
     permit_queue(const permit_queue&) = delete;
     permit_queue& operator=(const permit_queue&) = delete;
 
@@ -71,7 +110,12 @@ public:
     /// list, in the same critical section; the caller starts it without asking
     /// the queue again (the caller-placement round trip takes the queue's lock
     /// twice, not four times).
-    acquire_outcome acquire(entry_node& w, bool may_wait, bool start_inline_if_clear = false);
+    ///
+    /// With reject_late, a waiter with a deadline whose predicted wait
+    /// exceeds the time left is answered `late` (P5); the prediction is
+    /// stored in `*predicted` when given.
+    acquire_outcome acquire(entry_node& w, bool may_wait, bool start_inline_if_clear = false,
+                            std::chrono::steady_clock::duration* predicted = nullptr);
     /// The inline fast path's acquire (entry_op::try_run_inline): grants `w`
     /// exactly when acquire would answer `granted_inline` for a caller-started
     /// waiter ready at its grant, and
@@ -82,9 +126,10 @@ public:
     /// note_started.
     bool try_acquire_inline(permit_waiter& w) noexcept;
 
-    /// Returns `n` permits and grants as many head waiters as now fit (FIFO
-    /// order, stopping at the first one that does not). The granted waiters are
-    /// returned for the caller to resume.
+    /// Returns a grant's permits and bytes (charging its group for the time it
+    /// held them) and grants as many waiters as now fit (policy order,
+    /// stopping at the first chosen head that does not fit). The granted
+    /// waiters are returned for the caller to resume.
     ///
     /// With `handoffs`, the caller takes part in the hand-off (S17): granted
     /// waiters ready at their grant (start_sequencer::ready_at_grant) are not
@@ -92,12 +137,29 @@ public:
     /// thread may hand off now, the ready chain comes back in `*handoffs`
     /// (with the hand-off role, as from start_sequencer::next_handoffs()).
     /// Without it, every grant is returned in the list.
-    waiter_list release(std::size_t n, entry_node** handoffs = nullptr);
+    waiter_list release(const released_grant& g, entry_node** handoffs = nullptr);
 
     /// Removes `w` if it is still waiting (returns true) and re-offers the free
     /// permits, since `w` may have been a weighted head blocking smaller waiters.
     /// Those newly granted are appended to `granted` (`handoffs`: as for release).
     bool cancel(entry_node& w, waiter_list& granted, entry_node** handoffs = nullptr);
+    /// As cancel, for a waiter whose deadline passed (P4): counted as expired
+    /// (and rejected) instead of cancelled.
+    bool expire(entry_node& w, waiter_list& granted, entry_node** handoffs = nullptr);
+    /// P4: removes every waiter whose deadline is at or before `now` into
+    /// `expired` (counted as expired) and grants those behind them that now
+    /// fit. Returns the earliest deadline still waiting (max() if none).
+    std::chrono::steady_clock::time_point expire_due(std::chrono::steady_clock::time_point now, waiter_list& expired,
+                                                     waiter_list& granted, entry_node** handoffs = nullptr);
+
+    /// P7: the host now has `n` permits (n >= 1). Growing grants waiters at
+    /// once (returned in `granted`); shrinking preempts nobody, new grants wait
+    /// until the permits held drop below `n`. Waiters asking for more than `n`
+    /// are removed and returned in `rejected` (for incompatible_context).
+    void set_permits(std::size_t n, waiter_list& granted, waiter_list& rejected, entry_node** handoffs = nullptr);
+    /// The same for the byte budget (0: none).
+    void set_memory_budget(std::size_t bytes, waiter_list& granted, waiter_list& rejected,
+                           entry_node** handoffs = nullptr);
 
     /// Marks the queue poisoned and hands back every waiter, now removed.
     waiter_list poison();
@@ -108,8 +170,8 @@ public:
     /// scope reuse the scope's permit) still count as admitted and completed;
     /// `w` is granted as far as start order is concerned (S17).
     void note_admitted_without_permits(entry_node& w);
-    void note_completed_without_permits();
-    void note_rejected();
+    void note_completed_without_permits(std::size_t group = 0);
+    void note_rejected(std::size_t group = 0);
 
     /// The start order of the bodies this queue grants (S17).
     start_sequencer& start_order() noexcept { return start_order_; }
@@ -127,8 +189,14 @@ public:
     /// Lock-free reads, for checks on the way to a body's start (S18).
     bool poisoned() const noexcept { return poisoned_.load(std::memory_order_acquire); }
     bool is_shut_down() const noexcept { return shut_down_.load(std::memory_order_acquire); }
-    std::size_t permits() const noexcept { return permits_; }
+    std::size_t permits() const noexcept { return permits_.load(std::memory_order_relaxed); }
+    /// The number of groups (fixed at construction; at least 1).
+    std::size_t groups() const noexcept { return groups_.size(); }
+    /// Whether sessions' permit-time is measured (released_grant::seconds).
+    bool measures_time() const noexcept { return measure_time_; }
     permit_counters counters() const;
+    /// A consistent snapshot of group `g` (< groups()).
+    group_stats group_counters(std::size_t g) const;
 
     /// Blocks the calling thread until every permit is back and every entry
     /// admitted without permits has completed. Used only by the host's destructor.
@@ -140,18 +208,42 @@ private:
     bool admits_locked() const noexcept {
         return !poisoned_.load(std::memory_order_relaxed) && !shut_down_.load(std::memory_order_relaxed);
     }
-    /// S4, no barging: free permits go to the queue's head first, never to a
-    /// newcomer; a newcomer is admitted at once only when nobody waits.
-    bool admits_at_once_locked(const permit_waiter& w) const noexcept {
-        return waiters_.empty() && w.permits_ <= available_;
+    /// The permits not held, floored at 0 (a shrink may leave more held than exist).
+    std::size_t free_permits_locked() const noexcept {
+        const std::size_t n = permits_.load(std::memory_order_relaxed);
+        return held_ < n ? n - held_ : 0;
+    }
+    /// Whether `w`'s permits and bytes are free now.
+    bool fits_locked(const permit_waiter& w) const noexcept {
+        return w.permits_ <= free_permits_locked() &&
+               (memory_budget_ == 0 || (held_bytes_ <= memory_budget_ && w.bytes_ <= memory_budget_ - held_bytes_));
+    }
+    /// S4, P1-P3, no barging: free permits go to a queued head first, never to
+    /// a newcomer; a newcomer is admitted at once only when nobody waits.
+    bool admits_at_once_locked(const permit_waiter& w) const noexcept { return waiting_ == 0 && fits_locked(w); }
+    /// Whether `w` can ever be granted at the current size and budget.
+    bool ever_fits_locked(const permit_waiter& w) const noexcept {
+        return w.permits_ <= permits_.load(std::memory_order_relaxed) &&
+               (memory_budget_ == 0 || w.bytes_ <= memory_budget_);
     }
     void grant_fitting_locked(waiter_list& granted, entry_node** handoffs);
+    /// The group served next (P2): the backlogged one with the least charge
+    /// (ties: the lowest index); null when nobody waits.
+    struct group_queue;
+    group_queue* next_group_locked() noexcept;
+    void link_locked(group_queue& g, permit_waiter& w) noexcept;
+    void unlink_locked(permit_waiter& w) noexcept;
+    /// The entry leaves the waiting state: out of its group's FIFO, and out of
+    /// the deadline list if it has a deadline.
+    void leave_locked(entry_node& w) noexcept;
+    /// Removes every waiter that can no longer fit (after a shrink) into `rejected`.
+    void reject_oversized_locked(waiter_list& rejected) noexcept;
     /// Refreshes likely_admits_at_once's hint; called by every locked
     /// operation that changes the free permits, the waiters or whether the
     /// queue admits at all. Stored only when it changes: enter() reads it on
     /// every thread, and a store would take its cache line from them.
     void publish_hint_locked() noexcept {
-        const std::size_t hint = admits_locked() && waiters_.empty() ? available_ : 0;
+        const std::size_t hint = admits_locked() && waiting_ == 0 ? free_permits_locked() : 0;
         if (at_once_hint_.load(std::memory_order_relaxed) != hint) at_once_hint_.store(hint, std::memory_order_relaxed);
     }
     /// Grants `w` its permits (already taken from available_) and tells the
@@ -159,15 +251,41 @@ private:
     void grant_locked(entry_node& w, bool ready = false, bool listed = true) noexcept;
     waiter_list drain_locked();
 
+    /// One tenant group: its FIFO, its share and its counters.
+    struct group_queue {
+        waiter_list waiters;
+        std::string name;
+        unsigned weight = 1;
+        std::size_t max_waiters = 0;
+        double charge = 0;  // permit-seconds / weight served so far (P2), from where it last became backlogged (P3)
+        double busy_permit_seconds = 0;
+        std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
+        std::size_t queued_permits = 0;  // over its waiters (P5's prediction)
+    };
+
+    /// P5: how long `w` would wait if it queued now (0 when nothing finished yet).
+    std::chrono::steady_clock::duration predicted_wait_locked(const permit_waiter& w) const noexcept;
+
+    bool idle_locked() const noexcept { return held_ == 0 && nested_running_ == 0; }
+
     mutable brief_mutex mutex_;
     std::condition_variable_any idle_cv_;  // signalled when the last permit comes back
     bool idle_waited_ = false;         // someone sits in wait_until_idle
-    waiter_list waiters_;
-    const std::size_t permits_;
+    std::vector<group_queue> groups_;  // at least one; fixed at construction
+    std::size_t waiting_ = 0;          // over every group
+    std::atomic<std::size_t> permits_;  // written under the lock (set_permits), read without it
     const std::size_t max_waiters_;
-    std::size_t available_;
+    std::size_t held_ = 0;  // permits granted and not released
+    std::size_t memory_budget_;
+    std::size_t held_bytes_ = 0;
+    const bool measure_time_;
+    const bool reject_late_;
+    double mean_session_seconds_ = -1;  // recent mean of the measured sessions' durations (P5); -1: none yet
+    double virtual_time_ = 0;  // the charge of the group served last: where an idle group starts (P3)
+    // Waiters with a deadline, earliest first (P4), threaded through their
+    // hand-off links (free until the grant).
+    intrusive_list<entry_node, &entry_node::handoff_next_, &entry_node::handoff_prev_> deadlines_;
     std::size_t nested_running_ = 0;
-    std::uint64_t admitted_ = 0, completed_ = 0, rejected_ = 0, cancelled_ = 0;
     // likely_admits_at_once's hint: the free permits when nobody waits and
     // the queue admits (not poisoned, not shut down), else 0. Written under
     // the lock, read without it.

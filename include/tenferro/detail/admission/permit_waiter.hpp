@@ -21,8 +21,13 @@ struct permit_waiter {
 
     permit_waiter* prev_ = nullptr;
     permit_waiter* next_ = nullptr;
-    std::size_t permits_ = 1;
+    // What it asks for, packed into one word beside the links: every byte
+    // here is paid by each parked entry. (An entry asking for more than 2^32
+    // permits is rejected before it reaches the queue.)
+    std::uint32_t permits_ = 1;
+    std::uint16_t group_ = 0;  // its tenant group (P1); a host has at most 2^16 groups
     state state_ = state::idle;
+    std::size_t bytes_ = 0;  // its declared workspace (P6)
 };
 
 /// A FIFO list of waiters threaded through their own nodes.

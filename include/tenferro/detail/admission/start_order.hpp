@@ -26,6 +26,7 @@
 // No Asio here: tested step by step in tests/admission/permit_queue_test.cpp.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 
 #include "tenferro/detail/admission/brief_mutex.hpp"
@@ -52,8 +53,17 @@ struct entry_node : permit_waiter {
     bool may_start_inline_ = false;  // at its grant, no earlier grant was unstarted
     bool handoff_listed_ = false;    // in the hand-off list
     bool handoff_ready_ = false;     // its hook ran: it may be handed to its executor
+    // The hand-off list's links once granted; while the entry waits with a
+    // deadline, the permit queue's deadline list threads it through them
+    // (an entry is in one of the two lists at most, never both).
     entry_node* handoff_prev_ = nullptr;
     entry_node* handoff_next_ = nullptr;
+    // One word, two uses that never overlap (each parked entry pays for it).
+    // While the entry waits: its deadline (P4; max(): none). From its grant
+    // (which clears it) on: when its body started, on hosts that charge
+    // groups for permit-time (permit_queue::measures_time, P2); the epoch
+    // when not measured or not started.
+    std::chrono::steady_clock::time_point when_ = std::chrono::steady_clock::time_point::max();
 };
 
 /// The start order of one host's entries. Every member whose name ends in

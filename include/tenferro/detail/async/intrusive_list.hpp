@@ -55,6 +55,19 @@ public:
         ++size_;
     }
 
+    /// Links `e` right after `pos` (at the front when `pos` is null), which
+    /// must be in this list: an ordered list's insertion. O(1).
+    void insert_after(T* pos, T& e) noexcept
+        requires doubly_linked
+    {
+        T* after = pos != nullptr ? pos->*Next : head_;
+        e.*Prev = pos;
+        e.*Next = after;
+        (pos != nullptr ? pos->*Next : head_) = &e;
+        (after != nullptr ? after->*Prev : tail_) = &e;
+        ++size_;
+    }
+
     /// Unlinks and returns the first element, or null.
     T* pop_front() noexcept {
         T* e = head_;

@@ -7,9 +7,12 @@
 // `cpu_engine::open_session` returns it by value into the session entry's
 // template code; users only ever see it as a `backend_session&`.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
+#include <new>
 #include <span>
 #include <string_view>
 
@@ -21,17 +24,61 @@
 
 namespace tenferro::detail {
 
+/// The byte cap of a session granted `bytes > 0` (P6): the session's scratch
+/// and temporaries go through it, and throw std::bad_alloc past the cap.
+/// Scratch counts while an op holds it; the session's results count from their
+/// allocation to the session's end (they may outlive it, out of its sight).
+class capped_buffers final : public std::pmr::memory_resource {
+public:
+    capped_buffers(buffer_pool& pool, std::size_t cap) noexcept : pool_(pool), cap_(cap) {}
+    /// Counts `bytes` against the cap, or throws std::bad_alloc.
+    void take(std::size_t bytes) {
+        std::size_t used = used_.load(std::memory_order_relaxed);
+        do {
+            if (bytes > cap_ || used > cap_ - bytes) throw std::bad_alloc();
+        } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    }
+    void give_back(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+    std::size_t cap() const noexcept { return cap_; }
+
+private:
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+        take(bytes);
+        try {
+            return pool_.allocate(bytes, alignment);
+        } catch (...) {
+            give_back(bytes);
+            throw;
+        }
+    }
+    void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
+        pool_.deallocate(p, bytes, alignment);
+        give_back(bytes);
+    }
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+
+    buffer_pool& pool_;
+    const std::size_t cap_;
+    std::atomic<std::size_t> used_{0};  // scratch ops of one session may run on several workers
+};
+
 class cpu_session final : public backend_session {
 public:
+    /// `byte_cap`: the grant's bytes (0: no cap, P6).
     cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
-                cpu_runtime_cache& cache) noexcept
-        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache) {}
+                cpu_runtime_cache& cache, std::size_t byte_cap = 0) noexcept
+        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache), capped_(*buffers, byte_cap) {}
     /// A session of `with_backend_session_cached`: it holds `cache`'s claim
     /// (taken by cpu_engine::open_session) and gives it back when destroyed.
     struct claimed_t {};
     cpu_session(claimed_t, compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
-                cpu_runtime_cache& cache) noexcept
-        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache), claimed_(true) {}
+                cpu_runtime_cache& cache, std::size_t byte_cap = 0) noexcept
+        : pool_(pool),
+          permits_(permits),
+          buffers_(buffers),
+          cache_(cache),
+          capped_(*buffers, byte_cap),
+          claimed_(true) {}
     ~cpu_session() override {
         if (claimed_) release_claim();
     }
@@ -46,10 +93,19 @@ public:
     /// A new row-major tensor whose storage comes from the buffer pool (the
     /// allocating forms' results too).
     tensor allocate(dtype type, std::span<const std::int64_t> shape) const override {
+        if (capped_.cap() != 0) {
+            std::size_t n = size_of(type);
+            for (const std::int64_t e : shape) n *= static_cast<std::size_t>(e);
+            const_cast<capped_buffers&>(capped_).take(n);  // results count until the session ends
+        }
         return tensor::empty(type, shape, buffers_);
     }
-    /// The buffer pool, for temporaries (`std::pmr` containers).
-    buffer_pool& buffers() const noexcept { return *buffers_; }
+    /// The memory for temporaries and scratch (`std::pmr` containers,
+    /// pooled_scratch): the buffer pool, through the byte cap when there is one.
+    std::pmr::memory_resource& buffers() const noexcept {
+        if (capped_.cap() != 0) return const_cast<capped_buffers&>(capped_);
+        return *buffers_;
+    }
     /// The runtime cache contractions consult: the caller's in a
     /// `with_backend_session_cached` session, else the backend's own.
     cpu_runtime_cache& cache() const noexcept { return cache_; }
@@ -122,6 +178,7 @@ private:
     std::size_t permits_;
     const std::shared_ptr<buffer_pool>& buffers_;  // owned by the backend, which outlives the session
     cpu_runtime_cache& cache_;                      // the caller's (claimed) or the backend's
+    capped_buffers capped_;                         // used only with a byte cap
     bool claimed_ = false;
 };
 
