@@ -5,9 +5,12 @@
 #include <tenferro/batcher.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 #include <catch2/catch.hpp>
 #include "test_asio.hpp"
