@@ -73,8 +73,16 @@ void host_core::start_granted(waiter_list granted, entry_node* handoffs) noexcep
     // behind them (this thread holds the role until the chain is done).
     entry_base::hand_off_in_grant_order(handoffs);
     // Unlink each before starting it: a started entry may complete and free
-    // its node before we would read its `next_`.
-    while (permit_waiter* w = granted.pop_front()) static_cast<entry_base*>(w)->on_granted();
+    // its node before we would read its `next_`. A waiter the queue removed
+    // instead of granting it had reached its deadline first (P4).
+    while (permit_waiter* w = granted.pop_front()) {
+        auto* e = static_cast<entry_base*>(w);
+        if (w->state_ == permit_waiter::state::removed)
+            e->reject(session_entry_errc::deadline_exceeded,
+                      "not admitted by its deadline (session_options::deadline); the body did not run");
+        else
+            e->on_granted();
+    }
 }
 
 void host_core::poison(std::string_view why) noexcept {

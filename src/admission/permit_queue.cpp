@@ -130,6 +130,7 @@ acquire_outcome permit_queue::acquire(entry_node& w, bool may_wait, bool start_i
     if (admits_at_once_locked(w)) {
         held_ += w.permits_;
         held_bytes_ += w.bytes_;
+        charge_grant_locked(g, w.permits_);
         // Inline at once when nothing granted before `w` is unstarted (every
         // such grant is counted until its body starts, and is in the hand-off
         // list until it is handed off): `w` may start now, on this thread
@@ -196,16 +197,31 @@ void permit_queue::grant_fitting_locked(waiter_list& granted, entry_node** hando
     // those behind it (S4) and the other groups (P3), otherwise small entries
     // could starve it forever.
     bool made_ready = false;
+    std::chrono::steady_clock::time_point now{};
     while (group_queue* g = next_group_locked()) {
         permit_waiter* head = g->waiters.front();
+        auto& head_entry = static_cast<entry_node&>(*head);
+        if (head_entry.when_ != std::chrono::steady_clock::time_point::max()) {
+            if (now == std::chrono::steady_clock::time_point{}) now = std::chrono::steady_clock::now();
+            if (head_entry.when_ <= now) {
+                // P4: its deadline passed before its grant; no body starts late.
+                unlink_locked(*head);
+                head->state_ = permit_waiter::state::removed;
+                ++g->expired;
+                ++g->rejected;
+                granted.push_back(*head);
+                continue;
+            }
+        }
         if (!fits_locked(*head)) break;
         g->waiters.pop_front();
         g->queued_permits -= head->permits_;
         --waiting_;
-        leave_locked(static_cast<entry_node&>(*head));  // before the grant: the hand-off list takes its links
+        leave_locked(head_entry);  // before the grant: the hand-off list takes its links
         held_ += head->permits_;
         held_bytes_ += head->bytes_;
         virtual_time_ = g->charge;
+        charge_grant_locked(*g, head->permits_);
         // (Every waiter in the list came through acquire: an entry_node.)
         entry_node& w = static_cast<entry_node&>(*head);
         // A waiter ready at its grant is not returned: from here on the
@@ -232,13 +248,15 @@ waiter_list permit_queue::release(const released_grant& r, entry_node** handoffs
     group_queue& g = groups_[r.group];
     ++g.completed;
     if (r.seconds >= 0) {
-        // P5's estimate: a moving mean over roughly the last 16 sessions.
-        mean_session_seconds_ =
-            mean_session_seconds_ < 0 ? r.seconds : mean_session_seconds_ + (r.seconds - mean_session_seconds_) / 16;
-        // P2: the group pays permits x seconds, divided by its weight.
+        // P2: the group pays permits x seconds, divided by its weight; it was
+        // charged the expected time at the grant, so the difference now.
         const double permit_seconds = static_cast<double>(r.permits) * r.seconds;
         g.busy_permit_seconds += permit_seconds;
-        g.charge += permit_seconds / g.weight;
+        g.charge += static_cast<double>(r.permits) * (r.seconds - expected_seconds_locked(g)) / g.weight;
+        // The estimates: moving means over roughly the last 16 sessions (P2's per group, P5's per host).
+        g.mean_seconds = g.mean_seconds < 0 ? r.seconds : g.mean_seconds + (r.seconds - g.mean_seconds) / 16;
+        mean_session_seconds_ =
+            mean_session_seconds_ < 0 ? r.seconds : mean_session_seconds_ + (r.seconds - mean_session_seconds_) / 16;
     }
     if (admits_locked()) grant_fitting_locked(granted, handoffs);
     publish_hint_locked();

@@ -74,7 +74,8 @@ public:
     /// P4: an entry that waits until `when` queued; the timer wakes by then.
     void arm_deadline(std::chrono::steady_clock::time_point when) noexcept { deadlines_.arm(when); }
 
-    /// Starts every entry in `granted` (FIFO order), after handing off the
+    /// Starts every entry in `granted` (grant order; one the queue removed at
+    /// its deadline instead is rejected), after handing off the
     /// ready chain `handoffs` that a release or cancel gave this thread.
     static void start_granted(waiter_list granted, entry_node* handoffs = nullptr) noexcept;
 

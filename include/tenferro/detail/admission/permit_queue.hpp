@@ -226,6 +226,10 @@ private:
         return w.permits_ <= permits_.load(std::memory_order_relaxed) &&
                (memory_budget_ == 0 || w.bytes_ <= memory_budget_);
     }
+    /// Grants what fits, in policy order. A chosen head whose deadline has
+    /// passed (the timer has not reached it yet) is not granted: it leaves the
+    /// queue as expired, into `granted` with state `removed`, for the caller to
+    /// reject (host_core::start_granted does).
     void grant_fitting_locked(waiter_list& granted, entry_node** handoffs);
     /// The group served next (P2): the backlogged one with the least charge
     /// (ties: the lowest index); null when nobody waits.
@@ -261,7 +265,20 @@ private:
         double busy_permit_seconds = 0;
         std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
         std::size_t queued_permits = 0;  // over its waiters (P5's prediction)
+        double mean_seconds = -1;        // its sessions' recent mean duration; -1: none measured yet
     };
+
+    /// P2: what a session of `g` is expected to hold a permit for: its group's
+    /// recent mean, else the host's, else 0.
+    double expected_seconds_locked(const group_queue& g) const noexcept {
+        return g.mean_seconds >= 0 ? g.mean_seconds : mean_session_seconds_ >= 0 ? mean_session_seconds_ : 0;
+    }
+    /// P2: a grant is charged its expected permit-time at once, so that a group
+    /// with long sessions running is not chosen again as if they cost nothing;
+    /// the release corrects the charge by what the session really held.
+    void charge_grant_locked(group_queue& g, std::size_t permits) noexcept {
+        if (measure_time_) g.charge += static_cast<double>(permits) * expected_seconds_locked(g) / g.weight;
+    }
 
     /// P5: how long `w` would wait if it queued now (0 when nothing finished yet).
     std::chrono::steady_clock::duration predicted_wait_locked(const permit_waiter& w) const noexcept;
