@@ -440,9 +440,19 @@ void entry_base::run() noexcept {
         queue.note_rejected(group_);
         return body_finished();
     }
+    if (when_ != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > when_) {
+        // P4: granted by its deadline, but its hop to the executor took it past:
+        // no body starts after its deadline.
+        when_ = {};
+        set_error(session_entry_errc::deadline_exceeded,
+                  "granted by its deadline (session_options::deadline) but not started by it; the body did not run");
+        queue.note_expired(group_);
+        return body_finished();
+    }
+    // From here the word times the body (P2), where the host measures.
+    when_ = queue.measures_time() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     try {
         if (kind_ == entry_kind::scope) {
-            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
             spawn_scope(session_executor(caller_executor(), state), state->scope);
@@ -450,7 +460,6 @@ void entry_base::run() noexcept {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
-            if (queue.measures_time()) when_ = std::chrono::steady_clock::now();
             run_session(session_grant{
                 permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
                 scope_ ? 0 : bytes_, group_});
@@ -466,6 +475,7 @@ void entry_base::run() noexcept {
 }
 
 void entry_base::drop() noexcept {
+    when_ = {};  // the body never started: nothing to charge
     core_->queue().start_order().note_started(*this);
     core_->queue().note_rejected(group_);
     set_error(session_entry_errc::executor, "the executor dropped the session before running it; the body did not run");

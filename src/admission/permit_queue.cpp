@@ -187,7 +187,6 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
 
 void permit_queue::grant_locked(entry_node& w, bool ready, bool listed) noexcept {
     w.state_ = permit_waiter::state::granted;
-    w.when_ = {};  // out of the deadline list (leave_locked) or never in it: the word now times the body
     ++groups_[w.group_].admitted;
     start_order_.granted_locked(w, ready, listed);
 }
@@ -390,6 +389,13 @@ void permit_queue::note_completed_without_permits(std::size_t group) {
     ++groups_[group].completed;
     --nested_running_;
     if (idle_waited_ && idle_locked()) idle_cv_.notify_all();
+}
+
+void permit_queue::note_expired(std::size_t group) {
+    std::lock_guard lock(mutex_);
+    group_queue& g = groups_[group < groups_.size() ? group : 0];
+    ++g.rejected;
+    ++g.expired;
 }
 
 void permit_queue::note_rejected(std::size_t group) {

@@ -162,6 +162,38 @@ TEST_CASE("P4: a waiter not granted by its deadline leaves; those behind it keep
     CHECK(s.available == s.permits);
 }
 
+TEST_CASE("P4: an entry granted by its deadline but reaching its start after it does not run") {
+    asio::io_context io;
+    test_host host({.permits = 1});
+    asio::steady_timer release(io, std::chrono::hours(1));
+    std::atomic<bool> held{false};
+    spawn(io,
+          [&]() -> asio::awaitable<void> { co_await host.with_backend_session(on_caller(), holder(release, held)); });
+    io.poll();
+    REQUIRE(held);
+    bool ran = false;
+    std::optional<session_result<void>> r;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        r = co_await host.with_backend_session(with_deadline(std::chrono::steady_clock::now() + 20ms),
+                                               [&](test_session&) { ran = true; });
+    });
+    io.poll();
+    REQUIRE(host.stats().waiting == 1);
+    release.cancel();
+    // Step until the waiter is granted: its runner is then posted to this io_context, not yet run.
+    while (host.stats().waiting != 0) REQUIRE(io.poll_one() == 1);
+    std::this_thread::sleep_for(40ms);
+    io.run();
+    REQUIRE(r);
+    REQUIRE(!r->has_value());
+    CHECK(r->error() == session_entry_errc::deadline_exceeded);
+    CHECK(!ran);
+    const admission_stats s = host.stats();
+    CHECK(s.expired == 1);
+    CHECK(s.admitted == s.completed);
+    CHECK(s.available == s.permits);
+}
+
 TEST_CASE("P5: with reject_late, an entry predicted to miss its deadline is rejected at once") {
     asio::io_context io;
     test_host host({.permits = 1, .reject_late = true});

@@ -139,10 +139,15 @@ TEST_CASE("policy stress: groups, deadlines, bytes and resizing keep exactly-onc
     CHECK(st.available == st.permits);
     CHECK(st.admitted == st.completed);
     CHECK(st.memory_available == st.memory_budget);
-    CHECK(static_cast<long>(st.admitted + st.rejected + st.cancelled) == static_cast<long>(records.size()));
     long runs = 0;
     for (auto& r : records) runs += r.body_runs.load();
-    CHECK(static_cast<long>(st.admitted) == runs);
+    // An entry granted by its deadline that reached its start after it (P4) is
+    // admitted and rejected, as one poisoned at its start is (S18): every such
+    // entry is the one admitted entry that did not run.
+    const long admitted_not_run = static_cast<long>(st.admitted) - runs;
+    CHECK(admitted_not_run >= 0);
+    CHECK(static_cast<long>(st.admitted + st.rejected + st.cancelled) ==
+          static_cast<long>(records.size()) + admitted_not_run);
     std::uint64_t admitted = 0, expired_groups = 0;
     for (std::size_t g = 0; g < host.groups(); ++g) {
         const group_stats gs = host.group_stats(g);

@@ -172,6 +172,8 @@ public:
     void note_admitted_without_permits(entry_node& w);
     void note_completed_without_permits(std::size_t group = 0);
     void note_rejected(std::size_t group = 0);
+    /// A granted entry that reached its start after its deadline (P4): rejected and expired.
+    void note_expired(std::size_t group);
 
     /// The start order of the bodies this queue grants (S17).
     start_sequencer& start_order() noexcept { return start_order_; }

@@ -59,10 +59,11 @@ struct entry_node : permit_waiter {
     entry_node* handoff_prev_ = nullptr;
     entry_node* handoff_next_ = nullptr;
     // One word, two uses that never overlap (each parked entry pays for it).
-    // While the entry waits: its deadline (P4; max(): none). From its grant
-    // (which clears it) on: when its body started, on hosts that charge
-    // groups for permit-time (permit_queue::measures_time, P2); the epoch
-    // when not measured or not started.
+    // Until its body starts: its deadline (P4; max(): none), checked at the
+    // grant and again at the start. From the start on: when the body
+    // started, on hosts that charge groups for permit-time
+    // (permit_queue::measures_time, P2); the epoch when not measured or
+    // never started.
     std::chrono::steady_clock::time_point when_ = std::chrono::steady_clock::time_point::max();
 };
 
