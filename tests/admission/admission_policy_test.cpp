@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,8 @@ TEST_CASE("P1: a group out of range is incompatible_context; groups() and group_
     test_host plain({.permits = 1});
     CHECK(plain.groups() == 1);
     CHECK(plain.group_stats(0).name == "default");
+    // A weight of 0 is refused at construction.
+    CHECK_THROWS_AS(test_host({.permits = 1, .groups = {{"idle", 0}}}), std::invalid_argument);
 }
 
 TEST_CASE("P1/P2: a light group is served before a heavy group's flood") {
