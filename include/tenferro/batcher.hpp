@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "tenferro/admission_timer.hpp"
 #include "tenferro/asio.hpp"
 
 #include "tenferro/detail/admission/batch_item_op.hpp"
@@ -38,24 +39,12 @@
 namespace tenferro {
 
 /// The timer behind `batch_options::max_delay` (B6), for a program that
-/// wants to drive it itself. By default a batcher with a delay runs one
+/// wants to drive it itself: by default a batcher with a delay runs one
 /// thread of its own that sleeps until the next partial batch is due; given a
-/// `batch_timer`, it starts no thread and asks the timer instead. The batcher
-/// decides when a batch is due either way (one code path); only the waiting
-/// differs. Uses: an event loop that has timers already (an `asio::steady_timer`
-/// on the server's io_context), and the deterministic simulation
-/// (tests/sim/), whose clock is virtual.
-class batch_timer {
-public:
-    virtual ~batch_timer() = default;
-    /// The time on the timer's clock; the batcher stamps each item with it.
-    virtual std::chrono::steady_clock::time_point now() = 0;
-    /// Calls `fire` once, at `when` or soon after, on any thread, never inside
-    /// this call; replaces the call asked for before, if it has not happened
-    /// yet (a replaced call may still happen: the batcher then finds nothing
-    /// due). `fire` is cheap and does not block; it may enter sessions.
-    virtual void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) = 0;
-};
+/// timer, it starts no thread, stamps each item with the timer's `now()` and
+/// asks it for the wake-ups instead (admission_timer.hpp). A replaced wake-up
+/// that still happens finds nothing due.
+using batch_timer = admission_timer;
 
 /// How a batcher forms its batches.
 struct batch_options {

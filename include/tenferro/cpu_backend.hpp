@@ -18,6 +18,7 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/admission_timer.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"
 #include "tenferro/buffer_pool.hpp"
@@ -62,6 +63,8 @@ struct cpu_backend_options {
     std::vector<group_options> groups = {};
     std::size_t memory_budget = 0;
     bool reject_late = false;
+    /// The deadlines' clock and wake-ups: exactly as `host_options::timer`.
+    std::shared_ptr<admission_timer> timer = nullptr;
 };
 
 /// The CPU backend host. Models `backend_session_host`.

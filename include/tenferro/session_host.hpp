@@ -22,6 +22,7 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/admission_timer.hpp"
 #include "tenferro/detail/admission/entry_awaitable.hpp"
 #include "tenferro/detail/admission/entry_op.hpp"
 #include "tenferro/detail/admission/host_core.hpp"
@@ -107,6 +108,11 @@ struct host_options {
     /// P5: reject at once an arriving `fifo` entry whose predicted wait exceeds
     /// the time left to its deadline.
     bool reject_late = false;
+    /// Optional: the clock of deadlines, early rejection and permit-time, and
+    /// the wake-ups at deadlines (admission_timer.hpp). Null: the steady clock
+    /// and a thread of the host's own, started by its first entry with a
+    /// deadline. The deterministic simulation (tests/sim/) sets a virtual one.
+    std::shared_ptr<admission_timer> timer = nullptr;
 };
 
 namespace detail {
@@ -152,7 +158,8 @@ public:
           core_(std::make_shared<detail::host_core>(
               std::string(backend_.name()), detail::resolve_permits(options.permits), options.max_waiters, options.cpus,
               std::move(options.observer), std::move(options.on_worker_start), std::move(options.compute_executor),
-              detail::admission_policy{std::move(options.groups), options.memory_budget, options.reject_late})) {}
+              detail::admission_policy{std::move(options.groups), options.memory_budget, options.reject_late,
+                                       std::move(options.timer)})) {}
 
     /// `shutdown()`, then waits for running sessions, then joins the workers;
     /// the backend is destroyed last.

@@ -4,6 +4,7 @@
 
 #include "tenferro/admission_group.hpp"
 #include "tenferro/admission_observer.hpp"
+#include "tenferro/admission_timer.hpp"
 #include "tenferro/asio.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/backend_session_host.hpp"

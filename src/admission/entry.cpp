@@ -309,7 +309,7 @@ void entry_base::start(session_context* ctx) noexcept {
         return;
     case acquire_outcome::late: {
         using us = std::chrono::microseconds;
-        const auto left = std::chrono::duration_cast<us>(deadline - std::chrono::steady_clock::now());
+        const auto left = std::chrono::duration_cast<us>(deadline - core->queue().now());
         return reject(session_entry_errc::deadline_exceeded,
                       compose_detail({"rejected early (host_options::reject_late): the predicted wait is ",
                                       static_cast<std::size_t>(std::chrono::duration_cast<us>(predicted).count()),
@@ -440,7 +440,7 @@ void entry_base::run() noexcept {
         queue.note_rejected(group_);
         return body_finished();
     }
-    if (when_ != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > when_) {
+    if (when_ != std::chrono::steady_clock::time_point::max() && queue.now() > when_) {
         // P4: granted by its deadline, but its hop to the executor took it past:
         // no body starts after its deadline.
         when_ = {};
@@ -450,7 +450,7 @@ void entry_base::run() noexcept {
         return body_finished();
     }
     // From here the word times the body (P2), where the host measures.
-    when_ = queue.measures_time() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    when_ = queue.measures_time() ? queue.now() : std::chrono::steady_clock::time_point{};
     try {
         if (kind_ == entry_kind::scope) {
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
@@ -537,7 +537,7 @@ void entry_base::release_permits() noexcept {
     // when the body never started, or the host does not measure).
     double held_seconds = -1;
     if (when_ != std::chrono::steady_clock::time_point{})
-        held_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - when_).count();
+        held_seconds = std::chrono::duration<double>(core_->queue().now() - when_).count();
     entry_node* handoffs = nullptr;
     waiter_list granted = core_->queue().release(released_grant(*this, held_seconds), &handoffs);
     host_core::start_granted(std::move(granted), handoffs);

@@ -16,7 +16,7 @@ queue_policy queue_policy_of(admission_policy policy) {
     // The clock is read (twice per session) only where something uses it:
     // charging groups for permit-time (P2), predicting waits (P5).
     const bool measure = policy.groups.size() > 1 || policy.reject_late;
-    return {std::move(policy.groups), policy.memory_budget, measure, policy.reject_late};
+    return {std::move(policy.groups), policy.memory_budget, measure, policy.reject_late, std::move(policy.timer)};
 }
 
 }  // namespace
@@ -25,11 +25,12 @@ host_core::host_core(std::string name, std::size_t permits, std::size_t max_wait
                      std::shared_ptr<admission_observer> observer, std::function<void(std::size_t)> on_worker_start,
                      asio::any_io_executor compute_executor, admission_policy policy)
     : name_(std::move(name)),
-      queue_(permits, max_waiters, queue_policy_of(std::move(policy))),
+      queue_(permits, max_waiters, queue_policy_of(policy)),
       pool_(compute_executor ? std::make_unique<compute_pool>(std::move(compute_executor))
                              : std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
       observer_(std::move(observer)),
-      reject_late_(policy.reject_late) {
+      reject_late_(policy.reject_late),
+      deadlines_(std::move(policy.timer)) {
     // The thread that retries hand-offs which failed for want of memory
     // (S19): started here, where throwing is allowed, so that no entry ever
     // needs to start it while memory is short.

@@ -26,6 +26,7 @@ permit_queue::permit_queue(std::size_t permits, std::size_t max_waiters, queue_p
       memory_budget_(policy.memory_budget),
       measure_time_(policy.measure_time || policy.reject_late),
       reject_late_(policy.reject_late),
+      clock_(std::move(policy.clock)),
       at_once_hint_(permits) {
     std::vector<group_options> groups = default_groups(std::move(policy.groups));
     groups_.resize(groups.size());
@@ -120,7 +121,7 @@ acquire_outcome permit_queue::acquire(entry_node& w, bool may_wait, bool start_i
     }
     std::chrono::steady_clock::time_point now{};
     if (w.when_ != std::chrono::steady_clock::time_point::max()) {
-        now = std::chrono::steady_clock::now();
+        now = this->now();
         if (w.when_ <= now) {
             ++g.rejected;
             ++g.expired;
@@ -201,7 +202,7 @@ void permit_queue::grant_fitting_locked(waiter_list& granted, entry_node** hando
         permit_waiter* head = g->waiters.front();
         auto& head_entry = static_cast<entry_node&>(*head);
         if (head_entry.when_ != std::chrono::steady_clock::time_point::max()) {
-            if (now == std::chrono::steady_clock::time_point{}) now = std::chrono::steady_clock::now();
+            if (now == std::chrono::steady_clock::time_point{}) now = this->now();
             if (head_entry.when_ <= now) {
                 // P4: its deadline passed before its grant; no body starts late.
                 unlink_locked(*head);
@@ -418,6 +419,7 @@ permit_counters permit_queue::counters() const {
     }
     c.memory_budget = memory_budget_;
     c.memory_available = memory_budget_ > held_bytes_ ? memory_budget_ - held_bytes_ : 0;
+    c.held_bytes = held_bytes_;
     return c;
 }
 

@@ -14,7 +14,7 @@ namespace {
 // a field added to either one stops this compiling until it is mapped here.
 host_options host_share(cpu_backend_options& options) {
     auto& [permits, max_waiters, cpus, observer, buffer_pool_bytes, runtime_cache_bytes, on_worker_start, groups,
-           memory_budget, reject_late] = options;
+           memory_budget, reject_late, timer] = options;
     (void)buffer_pool_bytes;    // the engine's, passed to its constructor
     (void)runtime_cache_bytes;  // likewise
     host_options host{.permits = permits,
@@ -25,9 +25,10 @@ host_options host_share(cpu_backend_options& options) {
                       .compute_executor = {},  // the CPU host runs its own workers
                       .groups = std::move(groups),
                       .memory_budget = memory_budget,
-                      .reject_late = reject_late};
+                      .reject_late = reject_late,
+                      .timer = std::move(timer)};
     [[maybe_unused]] auto& [h_permits, h_max_waiters, h_cpus, h_observer, h_on_worker_start, h_compute_executor,
-                            h_groups, h_memory_budget, h_reject_late] = host;
+                            h_groups, h_memory_budget, h_reject_late, h_timer] = host;
     return host;
 }
 

@@ -159,21 +159,36 @@ scenario entry_deferred(placement where) {
             }};
 }
 
-enum class wait_kind { queued, weighted, cancelled, shutdown, deadline, grouped, resized };
+enum class wait_kind { queued, weighted, cancelled, shutdown, deadline, grouped, resized, timed };
+
+/// host_options::timer as a server would write it: each wake-up an
+/// asio::steady_timer on the server's io_context. Its allocations fail like
+/// any other (the host then keeps the deadline at the entry's grant).
+struct io_timer final : admission_timer {
+    asio::io_context& io;
+    explicit io_timer(asio::io_context& c) : io(c) {}
+    std::chrono::steady_clock::time_point now() override { return std::chrono::steady_clock::now(); }
+    void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) override {
+        auto t = std::make_shared<asio::steady_timer>(io, when);
+        t->async_wait([t, f = std::move(fire)](const std::error_code&) { f(); });
+    }
+};
 
 /// An entry that waits: behind a holder of every permit (queued), asking two
 /// permits behind a holder of one (weighted), cancelled while it waits,
 /// drained by shutdown(), left at its deadline (the host's deadline thread
 /// starts inside the fault window), in the second group of a host with
 /// groups, or granted by set_permits growing the host (its new worker starts
-/// inside the window) while the fault is armed.
+/// inside the window) while the fault is armed; or left at its deadline
+/// through a host timer of the program's (io_timer) instead of the thread.
 scenario entry_waiting(wait_kind kind) {
-    const char* kinds[] = {"queued", "weighted", "cancelled", "shutdown", "deadline", "grouped", "resized"};
+    const char* kinds[] = {"queued", "weighted", "cancelled", "shutdown", "deadline", "grouped", "resized", "timed"};
     return {std::string("entry/") + kinds[static_cast<int>(kind)],
             [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
                 asio::io_context io;
                 cpu_backend_options options{.permits = 2};
                 if (kind == wait_kind::grouped) options.groups = {{"bulk", 1}, {"interactive", 2}};
+                if (kind == wait_kind::timed) options.timer = std::make_shared<io_timer>(io);
                 cpu_backend cpu(std::move(options));
                 probe p;
                 std::atomic<bool> release{false}, held{false};
@@ -184,7 +199,8 @@ scenario entry_waiting(wait_kind kind) {
                     const std::size_t permits = kind == wait_kind::weighted ? 2 : 1;
                     p.expected_value = static_cast<int>(permits) + 41;
                     session_options o = opts(placement::compute, permits);
-                    if (kind == wait_kind::deadline) o.deadline = std::chrono::steady_clock::now() + 2ms;
+                    if (kind == wait_kind::deadline || kind == wait_kind::timed)
+                        o.deadline = std::chrono::steady_clock::now() + 2ms;
                     if (kind == wait_kind::grouped) o.group = 1;
                     cpu.with_backend_session(o, the_body,
                                              asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p)));
@@ -193,7 +209,8 @@ scenario entry_waiting(wait_kind kind) {
                 }
                 if (kind == wait_kind::cancelled) cancel.emit(asio::cancellation_type::terminal);
                 if (kind == wait_kind::shutdown) cpu.shutdown();
-                if (kind == wait_kind::deadline) std::this_thread::sleep_for(5ms);  // past it, still held
+                if (kind == wait_kind::deadline || kind == wait_kind::timed)
+                    std::this_thread::sleep_for(5ms);  // past it, still held
                 if (kind == wait_kind::resized) {
                     try {
                         cpu.set_permits(3);  // grants the waiter, behind a holder of two
@@ -419,7 +436,7 @@ std::vector<scenario> admission_scenarios() {
         s.push_back(custom_backend(where));
     }
     for (wait_kind k : {wait_kind::queued, wait_kind::weighted, wait_kind::cancelled, wait_kind::shutdown,
-                        wait_kind::deadline, wait_kind::grouped, wait_kind::resized})
+                        wait_kind::deadline, wait_kind::grouped, wait_kind::resized, wait_kind::timed})
         s.push_back(entry_waiting(k));
     s.push_back(entry_cached_busy());
     s.push_back(entry_poisoned());

@@ -2,7 +2,8 @@
 // The scenarios of the deterministic simulation (docs/testing.md): what a seed
 // generates (entries of random permits, placement, wait policy and body kind;
 // cancellations; throwing observer hooks; shutdown; re-entry; scopes; batcher
-// submits and cancels) and the exhaustive configurations.
+// submits and cancels; tenant groups, virtual deadlines, byte budgets and
+// resizes) and the exhaustive configurations.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,11 @@ struct entry_spec {
     int cancel = -1;              // cancellation type index (0 terminal, 1 partial, 2 total), -1 none
     bool scope = false;           // an execution scope (inner sessions: `inner`)
     int inner = 0;
+    // Admission policies (docs/contract.md P1-P8):
+    std::size_t group = 0;        // session_options::group (may be out of range)
+    std::uint64_t deadline = 0;   // virtual microseconds after its initiation; 0: none
+    std::size_t bytes = 0;        // session_options::bytes
+    std::uint64_t sleep = 0;      // async bodies: virtual microseconds held before they end
 };
 
 struct item_spec {
@@ -41,13 +47,14 @@ struct batch_spec {
     int wrong_count_on_batch = -1;
     std::uint64_t max_delay = 0;  // virtual microseconds; 0: no delay (B1), else B6 on the simulated timer
     std::vector<item_spec> items;
+    std::size_t group = 0;  // batch_options::session.group
 };
 
-enum class op_kind : unsigned char { enter, cancel, shutdown, submit, cancel_item };
+enum class op_kind : unsigned char { enter, cancel, shutdown, submit, cancel_item, set_permits, set_budget };
 
 struct op {
     op_kind kind;
-    int index = 0;          // entry or item
+    int index = 0;          // entry or item; the new size of set_permits and set_budget
     std::uint64_t at = 0;   // virtual time (0: ready at once)
 };
 
@@ -62,6 +69,14 @@ struct scenario {
     batch_spec batch;
     std::vector<op> ops;  // in order per context
     std::string name;
+    // Admission policies: the groups' weights (empty: one group), the byte
+    // budget (0: none), early rejection. The host's clock is always the
+    // simulated one (host_options::timer), so deadlines are virtual.
+    std::vector<unsigned> weights;
+    std::size_t memory_budget = 0;
+    bool reject_late = false;
+    /// Whether any policy is on (groups, deadlines, bytes, resizes).
+    bool policies() const;
 };
 
 const char* placement_name(placement p);

@@ -133,6 +133,15 @@ int run_seeds(std::uint64_t first, std::uint64_t count, bool verbose, const char
     std::printf("sim: %llu seeds from %llu passed, %llu steps, %.2f s (%.0f seeds/s)\n",
                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(first),
                 static_cast<unsigned long long>(steps), secs, count / (secs > 0 ? secs : 1e-9));
+    const policy_coverage& p = coverage();
+    std::printf(
+        "sim: policies exercised: %llu waiters expired, %llu expired at their start, %llu rejected at initiation "
+        "(late), %llu excluded by a resize (%llu resizes), %llu steps with a head held by bytes, %llu grants in "
+        "groups > 0\n",
+        static_cast<unsigned long long>(p.expired_waiting), static_cast<unsigned long long>(p.expired_at_start),
+        static_cast<unsigned long long>(p.rejected_late), static_cast<unsigned long long>(p.shrunk_out),
+        static_cast<unsigned long long>(p.resizes), static_cast<unsigned long long>(p.held_by_bytes),
+        static_cast<unsigned long long>(p.other_group_grants));
     return 0;
 }
 

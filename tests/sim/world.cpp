@@ -5,7 +5,8 @@
 
 namespace tenferro::sim {
 
-sim_session::sim_session(world* w, const session_grant& g) : w_(w), permits_(g.permits), executor_(g.executor) {
+sim_session::sim_session(world* w, const session_grant& g)
+    : w_(w), permits_(g.permits), bytes_(g.bytes), group_(g.group), executor_(g.executor) {
     ++w_->sessions_open;
 }
 sim_session::~sim_session() {
@@ -74,6 +75,28 @@ asio::awaitable<void> world::nested_awaited(int parent) {
     completed<int>(i, e, r, std::nullopt);
 }
 
+asio::awaitable<void> world::sleep_for(std::uint64_t us) {
+    const int here = ctx.current();
+    co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
+        [this, here, us](auto handler) {
+            ctx.post_at(here, ctx.now() + us, [h = std::move(handler)]() mutable { std::move(h)(); });
+        },
+        asio::use_awaitable);
+}
+
+namespace {
+
+session_options options_of(const entry_spec& spec, std::uint64_t now) {
+    session_options o{spec.permits, spec.wait, spec.where};
+    o.group = spec.group;
+    o.bytes = spec.bytes;
+    if (spec.deadline != 0)
+        o.deadline = std::chrono::steady_clock::time_point(std::chrono::microseconds(now + spec.deadline));
+    return o;
+}
+
+}  // namespace
+
 void world::enter(int s) {
     const entry_spec& spec = sc.entries[s];
     bool is_private = false;
@@ -82,10 +105,13 @@ void world::enter(int s) {
     const int i = new_rec(rec_kind::plain, s, spec.permits, spec.wait, spec.where, caller);
     entry_rec& e = entries[i];
     e.private_ctx = is_private;
-    (void)is_private;
+    e.group = spec.group;
+    e.bytes = spec.bytes;
+    e.deadline = spec.deadline != 0 ? ctx.now() + spec.deadline : 0;
     trace("initiate " + name(i));
     predict_initiation(i);
-    const session_options options{spec.permits, spec.wait, spec.where};
+    const group_stats before = host->group_stats(spec.group < groups() ? spec.group : 0);
+    const session_options options = options_of(spec, ctx.now());
     auto handler = asio::bind_cancellation_slot(
         e.signal.slot(),
         asio::bind_executor(ctx.executor(caller), [this, i](std::exception_ptr ex, session_result<int> r) {
@@ -99,7 +125,7 @@ void world::enter(int s) {
         host->with_backend_session(
             options,
             [this, i, kind = spec.body](sim_session& session) -> int {
-                body_start(i, session.permits());
+                body_start(i, session.permits(), &session);
                 running_sync.push_back(i);
                 if (kind == body_kind::reenter) nested_entry(i);
                 running_sync.pop_back();
@@ -112,12 +138,13 @@ void world::enter(int s) {
     case body_kind::async:
         host->with_backend_session(
             options,
-            [this, i, n = spec.suspensions](sim_session& session) -> asio::awaitable<int> {
-                body_start(i, session.permits());
+            [this, i, n = spec.suspensions, sleep = spec.sleep](sim_session& session) -> asio::awaitable<int> {
+                body_start(i, session.permits(), &session);
                 for (int k = 0; k < n; ++k) {
                     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
                     if (k == 0) co_await nested_awaited(i);
                 }
+                if (sleep != 0) co_await sleep_for(sleep);
                 body_end(i);
                 co_return 1000 + i;
             },
@@ -125,6 +152,7 @@ void world::enter(int s) {
         break;
     }
     entries[i].initiating = false;
+    initiated(i, before);
 }
 
 void world::enter_scope(int s) {
@@ -136,8 +164,15 @@ void world::enter_scope(int s) {
     is_private = caller < 0;
     const int i = new_rec(rec_kind::scope, s, 1, wait_policy::fifo, placement::caller, ctx_id);
     entries[i].private_ctx = is_private;
+    entries[i].group = spec.group;
+    entries[i].deadline = spec.deadline != 0 ? ctx.now() + spec.deadline : 0;
     trace("initiate " + name(i));
     predict_initiation(i);
+    const group_stats before = host->group_stats(spec.group < groups() ? spec.group : 0);
+    session_options options = options_of(spec, ctx.now());
+    options.permits = 1;
+    options.wait = wait_policy::fifo;
+    options.where = placement::caller;
     auto handler = asio::bind_cancellation_slot(
         entries[i].signal.slot(),
         asio::bind_executor(ctx.executor(ctx_id), [this, i](std::exception_ptr ex, session_result<int> r) {
@@ -145,6 +180,7 @@ void world::enter_scope(int s) {
         }));
     entries[i].initiating = true;
     host->with_execution_scope(
+        options,
         [this, i, inner = spec.inner](execution_scope&) -> asio::awaitable<int> {
             body_start(i, 1);
             for (int k = 0; k < inner; ++k) {
@@ -169,6 +205,37 @@ void world::enter_scope(int s) {
         },
         std::move(handler));
     entries[i].initiating = false;
+    initiated(i, before);
+}
+
+policy_coverage& coverage() {
+    static policy_coverage c;
+    return c;
+}
+
+void world::resize(const op& o) {
+    ++coverage().resizes;
+    // P7: the queue is settled first (grants and expiries up to now), so that
+    // the waiters the new size excludes are the model's.
+    sync_grants();
+    sync_expiries();
+    const std::size_t n = static_cast<std::size_t>(o.index);
+    if (o.kind == op_kind::set_permits) {
+        trace("set_permits " + std::to_string(n));
+        host->set_permits(n);
+    } else {
+        trace("set_memory_budget " + std::to_string(n));
+        host->set_memory_budget(n);
+    }
+    if (host->poisoned() || shut_flag) return;
+    const detail::permit_counters c = counters();
+    for (int i : std::vector<int>(model_queue)) {
+        entry_rec& e = entries[i];
+        if (e.permits <= c.permits && (c.memory_budget == 0 || e.bytes <= c.memory_budget)) continue;
+        e.model = model_state::rejected;
+        e.shrunk_out = true;
+        std::erase(model_queue, i);
+    }
 }
 
 void world::submit(int k) {
@@ -227,6 +294,7 @@ void world::run_op(const op& o) {
                 if (cancel_expect_removed) {
                     // S13: it leaves the queue before the permits are re-offered.
                     sync_grants();
+                    sync_expiries();
                     if (e.model == model_state::waiting) {
                         e.model = model_state::removed;
                         e.cancel_hit_waiting = true;
@@ -255,6 +323,9 @@ void world::run_op(const op& o) {
         it.signal.emit(asio::cancellation_type::terminal);
         return;
     }
+    case op_kind::set_permits:
+    case op_kind::set_budget:
+        return resize(o);
     }
 }
 
@@ -266,9 +337,19 @@ void world::start() {
     options.permits = sc.permits;
     options.observer = observer;
     options.compute_executor = ctx.executor(compute);
+    // Deadlines, early rejection and permit-time on the simulated clock,
+    // their wake-ups as timers of the simulation (host_options::timer).
+    host_timer = std::make_shared<host_deadline_timer>(ctx, ctx.add_executor("deadline-timer", true));
+    options.timer = host_timer;
+    for (std::size_t g = 0; g < sc.weights.size(); ++g)
+        options.groups.push_back({"g" + std::to_string(g), sc.weights[g]});
+    options.memory_budget = sc.memory_budget;
+    options.reject_late = sc.reject_late;
     host = std::make_unique<host_type>(std::move(options), sim_backend{this});
     last = counters();
     applied_admitted = last.admitted;
+    applied_group_admitted.assign(groups(), 0);
+    init_grants_in.assign(groups(), 0);
     items.resize(sc.batch.items.size());
     for (const item_spec& it : sc.batch.items) any_item_cancel = any_item_cancel || it.cancel;
     if (sc.batch.on) {
@@ -276,6 +357,7 @@ void world::start() {
         batch_options bo;
         bo.max_batch = sc.batch.max_batch;
         bo.session.where = sc.batch.where;
+        bo.session.group = sc.batch.group;
         if (sc.batch.max_delay > 0) {
             bo.max_delay = std::chrono::microseconds(sc.batch.max_delay);
             bo.timer = std::make_shared<sim_timer>(ctx, ctx.add_executor("batch-timer", true));
@@ -352,6 +434,15 @@ bool world::quiescence_checks() {
     for (std::size_t i = 0; i < entries.size(); ++i)
         check(entries[i].completions == 1, "S1: " + name(static_cast<int>(i)) + " never completed");
     check(sessions_open == 0, "sessions left open at quiescence");
+    for (std::size_t g = 0; g < groups(); ++g) {
+        const group_stats gs = host->group_stats(g);
+        check(gs.admitted == gs.completed && gs.waiting == 0,
+              "P8: group " + std::to_string(g) + " admitted " + std::to_string(gs.admitted) + ", completed " +
+                  std::to_string(gs.completed) + ", " + std::to_string(gs.waiting) + " waiting at quiescence");
+    }
+    check(c.expired == deadline_completions, "P8: the host counts " + std::to_string(c.expired) + " expired entries, " +
+                                                 std::to_string(deadline_completions) +
+                                                 " completed with deadline_exceeded");
     for (std::size_t k = 0; k < items.size(); ++k)
         if (items[k].submitted) check(items[k].completions == 1, "B3: item" + std::to_string(k) + " never completed");
     if (batch) {

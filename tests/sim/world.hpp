@@ -21,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -35,14 +36,20 @@ class sim_session {
 public:
     sim_session(world* w, const session_grant& g);
     sim_session(sim_session&& other) noexcept
-        : w_(std::exchange(other.w_, nullptr)), permits_(other.permits_), executor_(std::move(other.executor_)) {}
+        : w_(std::exchange(other.w_, nullptr)),
+          permits_(other.permits_),
+          bytes_(other.bytes_),
+          group_(other.group_),
+          executor_(std::move(other.executor_)) {}
     sim_session& operator=(sim_session&&) = delete;
     ~sim_session();
     std::size_t permits() const noexcept { return permits_; }
+    std::size_t bytes() const noexcept { return bytes_; }
+    std::size_t group() const noexcept { return group_; }
 
 private:
     world* w_;
-    std::size_t permits_;
+    std::size_t permits_, bytes_, group_;
     asio::any_io_executor executor_;
 };
 
@@ -73,13 +80,37 @@ struct sim_timer final : batch_timer {
     }
 };
 
+/// The host's timer (host_options::timer): sim_timer's clock, with a record
+/// of the wake-ups asked and not yet run, and of the step a wake-up ran in,
+/// so that the world can check P4's timeliness in virtual time.
+struct host_deadline_timer final : admission_timer {
+    sim_context* ctx;
+    int exec;
+    std::multiset<std::uint64_t> pending;  // virtual microseconds
+    bool fired = false;                     // a wake-up ran in this step
+    host_deadline_timer(sim_context& c, int e) : ctx(&c), exec(e) {}
+    std::chrono::steady_clock::time_point now() override {
+        return std::chrono::steady_clock::time_point(std::chrono::microseconds(ctx->now()));
+    }
+    void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) override {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(when.time_since_epoch()).count();
+        const std::uint64_t at = us < 0 ? 0 : static_cast<std::uint64_t>(us);
+        pending.insert(at);
+        ctx->post_at(exec, at, [this, at, f = std::move(fire)] {
+            pending.erase(pending.find(at));
+            fired = true;
+            f();
+        });
+    }
+};
+
 struct body_error : std::runtime_error {
     explicit body_error(int i) : std::runtime_error("body " + std::to_string(i)), id(i) {}
     int id;
 };
 
 enum class rec_kind : unsigned char { plain, scope, inner, nested, batch_session };
-enum class model_state : unsigned char { none, waiting, granted, removed, rejected };
+enum class model_state : unsigned char { none, waiting, granted, removed, rejected, expired };
 
 struct entry_rec {
     rec_kind kind = rec_kind::plain;
@@ -97,6 +128,12 @@ struct entry_rec {
     int completions = 0;
     bool cancel_hit_waiting = false;  // a cancellation fired while the model had it waiting
     bool poisoned_before_init = false, shut_before_init = false;
+    bool fits_host = true;  // permits and group valid at initiation (S11/S12's codes then apply)
+    // Admission policies.
+    std::size_t group = 0, bytes = 0;
+    std::uint64_t deadline = 0;  // virtual microseconds, absolute; 0: none
+    bool late = false;           // rejected at its initiation with deadline_exceeded (P4, P5)
+    bool shrunk_out = false;     // a waiter a resize left too large (P7)
     asio::cancellation_signal signal;
 };
 
@@ -110,6 +147,20 @@ struct item_rec {
     std::uint64_t submitted_at = 0;  // virtual time
     asio::cancellation_signal signal;
 };
+
+/// What the runs exercised of the admission policies, summed over every run
+/// of the process: printed by the driver, so that a change that stops the
+/// scenarios from reaching a rule shows.
+struct policy_coverage {
+    std::uint64_t expired_waiting = 0;  // left their queue at their deadline
+    std::uint64_t expired_at_start = 0; // granted in time, started late
+    std::uint64_t rejected_late = 0;    // at initiation (P5, or a deadline already passed)
+    std::uint64_t shrunk_out = 0;       // waiters a resize excluded
+    std::uint64_t held_by_bytes = 0;    // steps where a head fit the permits but not the bytes
+    std::uint64_t other_group_grants = 0;  // grants from a waiting queue of group > 0
+    std::uint64_t resizes = 0;
+};
+policy_coverage& coverage();
 
 struct recording_host;
 using batcher_type = batcher<recording_host, int, int>;
@@ -144,6 +195,12 @@ struct world {
     int batch_sessions_in_flight = 0;
     detail::permit_counters last{};
     std::uint64_t applied_admitted = 0;
+    // Admission policies: the grants applied per group, the host's clock, and
+    // the entries that completed with deadline_exceeded.
+    std::vector<std::uint64_t> applied_group_admitted;
+    std::vector<int> init_grants_in;  // per group, this step
+    std::shared_ptr<host_deadline_timer> host_timer;
+    std::uint64_t deadline_completions = 0;
 
     world(const scenario& s, chooser& c, bool v)
         : sc(s), choose(c), verbose(v), ctx(c, [this](const std::string& m) { fail(m); }) {}
@@ -168,146 +225,56 @@ struct world {
 
     // -- the model of the FIFO queue -----------------------------------------
 
-    /// Predicts admission at initiation (S4: no barging; S10; S9; S11; S12).
-    void predict_initiation(int i) {
-        entry_rec& e = entries[i];
-        e.init_seq = ++seq;
-        e.poisoned_before_init = poison_flag;
-        e.shut_before_init = shut_flag;
-        const detail::permit_counters c = counters();
-        if (e.permits == 0 || e.permits > sc.permits || host->poisoned() || shut_flag) {
-            e.model = model_state::rejected;
-        } else if (model_queue.empty() && c.available >= e.permits) {
-            e.model = model_state::granted;
-            e.grant_seq = ++grant_seq;
-            ++init_grants;
-        } else if (e.wait == wait_policy::never) {
-            e.model = model_state::rejected;
-        } else {
-            e.model = model_state::waiting;
-            model_queue.push_back(i);
-        }
+    std::size_t groups() const { return host->groups(); }
+    bool due(const entry_rec& e) const { return e.deadline != 0 && e.deadline <= ctx.now(); }
+    bool fits(const entry_rec& e, const detail::permit_counters& c) const {
+        // (The queue's own test: after a shrink, nothing fits until the held
+        // bytes are back within the budget, not even an entry of 0 bytes.)
+        return e.permits <= c.available &&
+               (c.memory_budget == 0 || (c.held_bytes <= c.memory_budget && e.bytes <= c.memory_budget - c.held_bytes));
     }
 
-    /// Applies the grants the counters show and the model has not seen yet:
-    /// the model's head entries, in FIFO order (S4). After every step, and
-    /// when a body starts (a batch session with no items left runs its body
-    /// inline, in the step that granted it).
-    void sync_grants() {
-        const detail::permit_counters c = counters();
-        const long from_queue = static_cast<long>(c.admitted - applied_admitted) - init_grants - inner_admits;
-        check(from_queue >= 0, "model: fewer grants than entries admitted at once");
-        for (long k = 0; k < from_queue; ++k) {
-            if (model_queue.empty()) {
-                fail("S4: the queue granted more entries than were waiting");
-                break;
-            }
-            const int i = model_queue.front();
-            model_queue.erase(model_queue.begin());
-            entries[i].model = model_state::granted;
-            entries[i].grant_seq = ++grant_seq;
-        }
-        applied_admitted = c.admitted;
-        init_grants = inner_admits = 0;
-    }
+    /// Predicts admission at initiation (S4: no barging; S10; S9; S11; S12;
+    /// P1: a group out of range; P4: a deadline already passed; P6: bytes over
+    /// the budget; P7: permits over the current size). An early rejection
+    /// (P5) depends on the host's measured durations: initiated() learns it.
+    void predict_initiation(int i);
+
+    /// After the initiating call: an entry the model queued that its group's
+    /// queue did not take was rejected early (P5), and only that can explain it.
+    void initiated(int i, const group_stats& before);
+
+    /// The model's waiters of group `g`, in initiation order.
+    std::vector<int> waiting_in(std::size_t g) const;
+
+    /// Applies the grants the counters show and the model has not seen yet,
+    /// group by group: each group's waiters in FIFO order (S4, P1), where a
+    /// waiter whose deadline has passed is never granted: the queue expired
+    /// it on its way to the ones granted behind it (P4). After every step,
+    /// and when a body starts (a batch session with no items left runs its
+    /// body inline, in the step that granted it). Grants of one step in
+    /// several groups share one sequence number: their order between groups
+    /// is the fair queue's (P2), which the model does not compute
+    /// (permit_queue_policy_test steps it exactly).
+    void sync_grants();
+
+    /// Applies the expiries the groups' queues show: a group holding fewer
+    /// waiters than the model lost the earliest of its waiters whose deadline
+    /// has passed (the timer expires every due waiter; a grant, the due
+    /// heads). Fewer due waiters than left is a waiter gone before its
+    /// deadline (P4).
+    void sync_expiries();
 
     /// After every step: apply what the counters say happened, then check.
-    void after_step() {
-        const detail::permit_counters c = counters();
-        // A cancellation of a model-waiting entry must have removed it (S13);
-        // the model removed it when the cancellation was emitted.
-        if (cancel_target >= 0) {
-            if (cancel_expect_removed)
-                check(c.cancelled == last.cancelled + 1,
-                      "S13: cancelling waiting " + name(cancel_target) + " did not remove it from the queue");
-            else
-                check(c.cancelled == last.cancelled,
-                      "S13: a cancellation removed " + name(cancel_target) + ", which was not waiting");
-        }
-        sync_grants();
-        // Poisoning or shutdown drains every waiter.
-        if (host->poisoned() || shut_flag) {
-            for (int i : model_queue) entries[i].model = model_state::removed;
-            model_queue.clear();
-        }
-        if (poison_flag) check(host->poisoned(), "S11: an observer hook threw and the host is not poisoned");
-        check(model_queue.size() == c.waiting, "S4: the queue holds " + std::to_string(c.waiting) +
-                                                   " waiters, the FIFO model " + std::to_string(model_queue.size()));
-        // Permits conserved: what running bodies hold plus what is free never
-        // exceeds the permits; what is free never falls below the permits
-        // less those of granted, uncompleted entries.
-        std::size_t running = 0, held_at_most = 0;
-        for (const entry_rec& e : entries) {
-            if (e.kind == rec_kind::inner || e.kind == rec_kind::nested) continue;
-            if (e.started && !e.ended) running += e.permits;
-            if (e.model == model_state::granted && e.completions == 0) held_at_most += e.permits;
-        }
-        check(c.available <= c.permits, "permits: more available than exist");
-        check(c.available + running <= c.permits, "permits: " + std::to_string(c.available) +
-                                                      " available while bodies holding " + std::to_string(running) +
-                                                      " run (of " + std::to_string(c.permits) + ")");
-        check(c.available + held_at_most >= c.permits,
-              "permits leaked: " + std::to_string(c.available) + " available, at most " + std::to_string(held_at_most) +
-                  " held by granted entries (of " + std::to_string(c.permits) + ")");
-        // No waiter stranded: a head that fits the free permits is granted at
-        // once (S4: permits re-offered when a waiter leaves).
-        if (!model_queue.empty() && !host->poisoned() && !shut_flag) {
-            const entry_rec& head = entries[model_queue.front()];
-            check(head.permits > c.available, "S4/S13: " + name(model_queue.front()) +
-                                                  " heads the queue and fits the " + std::to_string(c.available) +
-                                                  " free permits, but was not granted");
-        }
-        last = c;
-        cancel_target = -1;
-    }
+    void after_step();
 
     // -- bodies ---------------------------------------------------------------
 
-    void body_start(int i, std::size_t granted_permits) {
-        entry_rec& e = entries[i];
-        trace("body of " + name(i) + " starts on " + ctx.name(ctx.current()));
-        check(!e.started, "S1: the body of " + name(i) + " started twice");
-        e.started = true;
-        check(!poison_flag, "S18: the body of " + name(i) + " started after an observer hook threw");
-        if (e.kind != rec_kind::inner) {
-            if (e.model == model_state::waiting) sync_grants();
-            check(e.model == model_state::granted, "S4: the body of " + name(i) +
-                                                       " started but the FIFO model did not grant it (" +
-                                                       std::to_string(static_cast<int>(e.model)) + ")");
-            check(granted_permits == e.permits, "S15: the session of " + name(i) + " holds the wrong permits");
-        }
-        if (e.target >= 0)
-            check(ctx.current() == e.target, "S15: the body of " + name(i) + " runs on " + ctx.name(ctx.current()) +
-                                                 ", not on " + ctx.name(e.target));
-        // S17: on a serial executor, no body granted before this one is still
-        // waiting to start.
-        if (e.target >= 0 && e.target != compute && e.kind != rec_kind::inner) {
-            for (std::size_t j = 0; j < entries.size(); ++j) {
-                const entry_rec& o = entries[j];
-                if (static_cast<int>(j) == i || o.kind == rec_kind::inner || o.target != e.target) continue;
-                if (o.model == model_state::granted && o.grant_seq < e.grant_seq && !o.started && !o.open_failed &&
-                    o.completions == 0)
-                    fail("S17: the body of " + name(i) + " started before that of " + name(static_cast<int>(j)) +
-                         ", granted earlier on the same executor");
-            }
-        }
-    }
+    void body_start(int i, std::size_t granted_permits, const sim_session* session = nullptr);
     /// open_session failed on the current executor: the runner that called
     /// it belongs to the earliest granted, unstarted entry bound there (a
     /// serial executor runs its runners in hand-off order).
-    void open_failed() {
-        const int here = ctx.current();
-        if (here < 0 || here == compute) return;
-        int best = -1;
-        for (std::size_t j = 0; j < entries.size(); ++j) {
-            const entry_rec& o = entries[j];
-            if (o.kind == rec_kind::inner || o.target != here || o.model != model_state::granted || o.started ||
-                o.open_failed || o.completions > 0)
-                continue;
-            if (best < 0 || o.grant_seq < entries[best].grant_seq) best = static_cast<int>(j);
-        }
-        if (best >= 0) entries[best].open_failed = true;
-    }
+    void open_failed();
     void body_end(int i) {
         entries[i].ended = true;
         trace("body of " + name(i) + " ends");
@@ -347,19 +314,36 @@ struct world {
             }
         } else if (r) {
             check(e.started && e.ended, "S1: " + name(i) + " completed with a value but its body did not run");
+            check(e.model != model_state::expired, "P4: " + name(i) + " expired in its queue but its body ran");
             if constexpr (std::equality_comparable<R>) {
                 if (expect) check(*r == *expect, "S2: " + name(i) + " completed with the wrong value");
             }
         } else {
             const session_entry_errc code = r.error().code();
             check(!e.started, "S3: " + name(i) + " completed with an admission error after its body started");
+            if (code == session_entry_errc::deadline_exceeded) {
+                ++deadline_completions;
+                ++(e.late                            ? coverage().rejected_late
+                   : e.model == model_state::granted ? coverage().expired_at_start
+                                                     : coverage().expired_waiting);
+                check(e.deadline != 0 && (e.late || ctx.now() >= e.deadline),
+                      "P4: " + name(i) + " completed with deadline_exceeded before its deadline");
+                check(e.model != model_state::waiting,
+                      "P4: " + name(i) + " completed with deadline_exceeded while the model has it waiting");
+            }
+            if (e.model == model_state::expired)
+                check(code == session_entry_errc::deadline_exceeded,
+                      "P4: " + name(i) + " left its queue at its deadline but completed with " + outcome);
+            if (e.shrunk_out) ++coverage().shrunk_out;
+            if (e.shrunk_out)
+                check(code == session_entry_errc::incompatible_context,
+                      "P7: " + name(i) + " no longer fit the host but completed with " + outcome);
             if (e.kind == rec_kind::nested)
                 check(code == session_entry_errc::reentered, "S7: a nested entry did not complete with reentered");
             if (code == session_entry_errc::cancelled)
                 check(e.cancel_hit_waiting,
                       "S13: " + name(i) + " completed cancelled without being cancelled while waiting");
-            if ((e.poisoned_before_init || e.shut_before_init) && e.kind != rec_kind::nested && e.permits >= 1 &&
-                e.permits <= sc.permits)
+            if ((e.poisoned_before_init || e.shut_before_init) && e.kind != rec_kind::nested && e.fits_host)
                 check(code == session_entry_errc::resource_poisoned || code == session_entry_errc::executor,
                       "S11/S12: " + name(i) + " initiated after poisoning/shutdown completed with " + outcome);
         }
@@ -394,6 +378,9 @@ struct world {
     void enter_scope(int s);
     void nested_entry(int parent);
     asio::awaitable<void> nested_awaited(int parent);
+    /// Holds the calling async body for `us` virtual microseconds.
+    asio::awaitable<void> sleep_for(std::uint64_t us);
+    void resize(const op& o);
     void submit(int k);
     void run_op(const op& o);
     void start();
@@ -425,6 +412,8 @@ struct recording_host {
     template <class F, class Token>
     void with_backend_session(session_options o, F&& f, Token&& token) {
         const int i = w->new_rec(rec_kind::batch_session, -1, o.permits, o.wait, o.where, -1);
+        w->entries[i].group = o.group;
+        w->entries[i].bytes = o.bytes;
         if (o.where == placement::caller) w->entries[i].target = -1;  // the first item's executor
         ++w->batch_sessions_in_flight;
         const int cap = static_cast<int>(std::max<std::size_t>(1, w->sc.permits / std::max<std::size_t>(1, o.permits)));
@@ -445,7 +434,7 @@ struct recording_host {
             w->host->with_backend_session(
                 o,
                 [wp, i, f = std::forward<F>(f)](sim_session& s) mutable -> asio::awaitable<detail::batch_done> {
-                    wp->body_start(i, s.permits());
+                    wp->body_start(i, s.permits(), &s);
                     detail::batch_done d = co_await f(s);
                     wp->body_end(i);
                     co_return d;
@@ -455,7 +444,7 @@ struct recording_host {
             w->host->with_backend_session(
                 o,
                 [wp, i, f = std::forward<F>(f)](sim_session& s) mutable {
-                    wp->body_start(i, s.permits());
+                    wp->body_start(i, s.permits(), &s);
                     wp->running_sync.push_back(i);
                     detail::batch_done d = f(s);
                     wp->running_sync.pop_back();

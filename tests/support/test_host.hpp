@@ -118,6 +118,7 @@ struct test_host_options {
     std::vector<group_options> groups = {};
     std::size_t memory_budget = 0;
     bool reject_late = false;
+    std::shared_ptr<admission_timer> timer = nullptr;
 };
 
 #ifdef TENFERRO_TEST_GENERIC_HOST
@@ -132,7 +133,8 @@ inline host_options host_options_of(test_host_options o) {
             .observer = std::move(o.observer),
             .groups = std::move(o.groups),
             .memory_budget = o.memory_budget,
-            .reject_late = o.reject_late};
+            .reject_late = o.reject_late,
+            .timer = std::move(o.timer)};
 }
 
 #else
@@ -147,7 +149,8 @@ inline cpu_backend_options host_options_of(test_host_options o) {
             .observer = std::move(o.observer),
             .groups = std::move(o.groups),
             .memory_budget = o.memory_budget,
-            .reject_late = o.reject_late};
+            .reject_late = o.reject_late,
+            .timer = std::move(o.timer)};
 }
 
 /// cpu_backend does not count its sessions (its own tests check the buffer

@@ -26,7 +26,7 @@
 
 namespace tenferro {
 
-class batch_timer;
+class admission_timer;
 struct batch_options;
 struct batch_stats;
 
@@ -119,7 +119,7 @@ private:
     std::size_t max_batch_ = 1;
     std::chrono::microseconds max_delay_{0};
     bool caller_placed_ = false;
-    std::shared_ptr<batch_timer> timer_;
+    std::shared_ptr<admission_timer> timer_;
     std::size_t max_sessions_ = 1;
     asio::execution_context fallback_context_;
 

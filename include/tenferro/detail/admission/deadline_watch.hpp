@@ -1,35 +1,43 @@
 #pragma once
-// The timer behind session_options::deadline (P4): one thread per host,
-// started by the first entry that has a deadline, asleep until the earliest
+// The timer behind session_options::deadline (P4): asleep until the earliest
 // deadline of the host's waiters, then asking the host to expire what is due.
-// Entries without a deadline never touch it.
+// By default one thread per host, started by the first entry that has a
+// deadline; with a host_options::timer, no thread: the wake-ups are asked of
+// that timer, on its clock. Entries without a deadline never touch it.
 //
-// The thread shares its state with the watch, not with the host: the host may
-// be destroyed on this very thread (the expired entries drop their references
-// to it), and the watch's destructor then only tells the thread to stop.
+// The thread (or the timer's callback) shares its state with the watch, not
+// with the host: the host may be destroyed on this very thread (the expired
+// entries drop their references to it), and the watch's destructor then only
+// tells the thread to stop.
 
 #include <chrono>
 #include <functional>
 #include <memory>
+
+#include "tenferro/admission_timer.hpp"
 
 namespace tenferro::detail {
 
 class deadline_watch {
 public:
     using clock = std::chrono::steady_clock;
-    deadline_watch();
-    /// Stops the thread: joins it, or lets it finish on its own when called on it.
+    /// `timer`: the host's (host_options::timer), or null for a thread of its own.
+    explicit deadline_watch(std::shared_ptr<admission_timer> timer = nullptr);
+    /// Stops the thread: joins it, or lets it finish on its own when called on
+    /// it. A timer's pending call then finds nothing to do.
     ~deadline_watch();
     deadline_watch(const deadline_watch&) = delete;
     deadline_watch& operator=(const deadline_watch&) = delete;
 
-    /// Starts the thread if it is not running, with `expire(now)`, which
-    /// removes what is due at `now` and returns the earliest deadline still
-    /// waiting (`clock::time_point::max()` when none). \throws
-    /// std::system_error or std::bad_alloc when it cannot start (the entry is
-    /// then rejected before it queues).
+    /// Installs `expire(now)`, which removes what is due at `now` and returns
+    /// the earliest deadline still waiting (`clock::time_point::max()` when
+    /// none), and starts the thread if there is no timer and it is not
+    /// running. \throws std::system_error or std::bad_alloc when it cannot
+    /// start (the entry is then rejected before it queues).
     void start(std::function<clock::time_point(clock::time_point)> expire);
-    /// Makes the thread wake at `when` at the latest.
+    /// Makes the watch wake at `when` at the latest. With a timer, what the
+    /// timer's `wake_at` throws is swallowed here: the deadline is then kept
+    /// at the next wake-up that succeeds, or at the entry's grant.
     void arm(clock::time_point when) noexcept;
 
 private:

@@ -31,6 +31,7 @@ struct admission_policy {
     std::vector<group_options> groups = {};
     std::size_t memory_budget = 0;
     bool reject_late = false;
+    std::shared_ptr<admission_timer> timer = nullptr;  // null: the steady clock, a thread for deadlines
 };
 
 /// Permits for a host asked for `requested`: 0 means the machine's hardware

@@ -34,12 +34,14 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tenferro/admission_group.hpp"
+#include "tenferro/admission_timer.hpp"
 #include "tenferro/detail/admission/brief_mutex.hpp"
 #include "tenferro/detail/admission/permit_waiter.hpp"
 #include "tenferro/detail/admission/start_order.hpp"
@@ -70,6 +72,7 @@ struct permit_counters {
     std::size_t permits = 0, available = 0, waiting = 0;
     std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
     std::size_t memory_budget = 0, memory_available = 0;
+    std::size_t held_bytes = 0;  // may exceed the budget after a shrink (P7), when memory_available is 0
 };
 
 /// What a session gives back when it releases its grant: its permits, its
@@ -93,6 +96,7 @@ struct queue_policy {
     std::size_t memory_budget = 0;           // 0: no byte budget
     bool measure_time = false;               // charge by measured permit-time (more than one group, or reject_late)
     bool reject_late = false;                // P5
+    std::shared_ptr<admission_timer> clock = nullptr;  // null: the steady clock (host_options::timer)
 };
 
 class permit_queue {
@@ -196,6 +200,11 @@ public:
     std::size_t groups() const noexcept { return groups_.size(); }
     /// Whether sessions' permit-time is measured (released_grant::seconds).
     bool measures_time() const noexcept { return measure_time_; }
+    /// The time on the host's clock: `host_options::timer`'s, else the steady
+    /// clock's. Every deadline and permit-time of the host is read here.
+    std::chrono::steady_clock::time_point now() const {
+        return clock_ ? clock_->now() : std::chrono::steady_clock::now();
+    }
     permit_counters counters() const;
     /// A consistent snapshot of group `g` (< groups()).
     group_stats group_counters(std::size_t g) const;
@@ -299,6 +308,7 @@ private:
     std::size_t held_bytes_ = 0;
     const bool measure_time_;
     const bool reject_late_;
+    const std::shared_ptr<admission_timer> clock_;
     double mean_session_seconds_ = -1;  // recent mean of the measured sessions' durations (P5); -1: none yet
     double virtual_time_ = 0;  // the charge of the group served last: where an idle group starts (P3)
     // Waiters with a deadline, earliest first (P4), threaded through their
