@@ -277,6 +277,15 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     demo->add_flag("!--no-progress", demo_opts.progress, "no progress bar");
     add_mode_options(*demo, demo_opts.mode);
+    demo->add_flag("--tenants", demo_opts.tenants,
+                   "two tenants (bulk and interactive connections), FIFO vs a tenant group each, side by side");
+    demo->add_option("--bulk-connections", demo_opts.bulk_connections, "--tenants: the bulk tenant's connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
+    demo->add_option("--interactive-connections", demo_opts.interactive_connections,
+                     "--tenants: the interactive tenant's connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
 
     bench_options bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");
@@ -317,6 +326,11 @@ int main(int argc, char** argv) {
 
     try {
         if (demo->parsed()) {
+            if (demo_opts.tenants) {
+                if (demo->count("--rows") == 0) demo_opts.rows = tenants_default_rows;
+                if (demo->count("--duration") == 0) demo_opts.duration_seconds = tenants_default_duration_seconds;
+                if (demo->count("--batch") == 0) demo_opts.mode.max_batch = tenants_default_max_batch;
+            }
             if (const std::string p = corpus_size_problem("demo --rows --dim", demo_opts.rows, demo_opts.dim);
                 !p.empty()) {
                 std::fprintf(stderr, "tenferro-search: %s\n", p.c_str());
