@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -179,16 +180,17 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     // The deadline's timer cancels the submission: an item still waiting in
     // the batcher leaves it at once (one already taken into a batch is judged
     // by the body). The state is shared with the timer's handler, which may
-    // run after this frame is gone.
+    // run after this frame is gone. A query without a deadline has neither.
     struct deadline_watch {
         asio::cancellation_signal signal;
         bool fired = false;
     };
-    auto watch = std::make_shared<deadline_watch>();
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    std::shared_ptr<deadline_watch> watch;
+    std::optional<asio::steady_timer> timer;
     if (has_deadline) {
-        timer.expires_at(deadline);
-        timer.async_wait([watch](std::error_code ec) {
+        watch = std::make_shared<deadline_watch>();
+        timer.emplace(co_await asio::this_coro::executor, deadline);
+        timer->async_wait([watch](std::error_code ec) {
             if (ec) return;
             watch->fired = true;
             watch->signal.emit(asio::cancellation_type::terminal);
@@ -198,23 +200,27 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     try {
         // (Named, not a braced temporary in the co_await: docs/pitfalls.md, 3.)
         item it{std::move(query), clock_type::now(), deadline};
-        r = co_await batcher.submit(std::move(it),
-                                    asio::bind_cancellation_slot(watch->signal.slot(), asio::use_awaitable));
+        if (watch) {
+            r = co_await batcher.submit(std::move(it),
+                                        asio::bind_cancellation_slot(watch->signal.slot(), asio::use_awaitable));
+        } else {
+            r = co_await batcher.submit(std::move(it));
+        }
     } catch (const std::exception& e) {
         // The batch's body threw (every query of that batch gets it).
-        timer.cancel();
+        if (timer) timer->cancel();
         outcome.status = search_status::failed;
         outcome.error = e.what();
         co_return outcome;
     }
-    timer.cancel();
+    if (timer) timer->cancel();
     if (!r) {
         // `contended` is the queue bound (max_waiters); `executor` means the
         // backend (or the engine) is shutting down: shed the query.
         const auto code = r.error().code();
         if (const auto i = static_cast<std::size_t>(code); i < rejected_by_reason_.size())
             rejected_by_reason_[i].fetch_add(1, std::memory_order_relaxed);
-        if (code == tf::session_entry_errc::cancelled && watch->fired) {
+        if (code == tf::session_entry_errc::cancelled && watch && watch->fired) {
             expired(expiry_stage::queue, "the deadline passed while the search waited for its batch");
             co_return outcome;
         }
