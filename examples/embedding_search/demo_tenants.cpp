@@ -173,9 +173,11 @@ int run_tenants_demo(const demo_options& o, const tf::tensor& corpus, const corp
         setup.healthz_interval_ms = o.healthz_interval_ms;
         setup.seed = o.seed;
         setup.tenants = {
-            {.name = "bulk", .connections = o.bulk_connections,
+            {.name = "bulk",
+             .connections = o.bulk_connections,
              .requests = make_requests(corpus, 512, o.k, o.seed, header("bulk"))},
-            {.name = "interactive", .connections = o.interactive_connections,
+            {.name = "interactive",
+             .connections = o.interactive_connections,
              .requests = make_requests(corpus, 512, o.k, o.seed + 1, header("interactive"))},
         };
         progress_bar bar(o.progress);
@@ -195,19 +197,20 @@ int run_tenants_demo(const demo_options& o, const tf::tensor& corpus, const corp
         const tenant_load& a = runs[0].trial.load.tenants[t];
         const tenant_load& b = runs[1].trial.load.tenants[t];
         std::printf("%-12s %5zu | %9.1f %9.1f %8.0f | %9.1f %9.1f %8.0f\n", a.name.c_str(), a.connections,
-                    a.latency.percentile_ms(0.5), a.latency.percentile_ms(0.99), tenant_rps(a, runs[0].trial.load.seconds),
-                    b.latency.percentile_ms(0.5), b.latency.percentile_ms(0.99),
-                    tenant_rps(b, runs[1].trial.load.seconds));
+                    a.latency.percentile_ms(0.5), a.latency.percentile_ms(0.99),
+                    tenant_rps(a, runs[0].trial.load.seconds), b.latency.percentile_ms(0.5),
+                    b.latency.percentile_ms(0.99), tenant_rps(b, runs[1].trial.load.seconds));
         ok = ok && a.ok > 0 && b.ok > 0;
     }
     std::uint64_t errors = 0;
     for (const variant_run& v : runs) {
         errors += v.trial.load.errors;
-        std::printf("%-8s total %.0f req/s, mean batch %.1f, permit utilisation %.0f %%, /healthz p99 %.2f ms, "
-                    "503s %llu, errors %llu\n",
-                    v.name.c_str(), requests_per_second(v.trial.load), v.trial.mean_batch, 100.0 * v.trial.utilisation,
-                    v.trial.load.healthz.percentile_ms(0.99), static_cast<unsigned long long>(v.trial.load.shed),
-                    static_cast<unsigned long long>(v.trial.load.errors));
+        std::printf(
+            "%-8s total %.0f req/s, mean batch %.1f, permit utilisation %.0f %%, /healthz p99 %.2f ms, "
+            "503s %llu, errors %llu\n",
+            v.name.c_str(), requests_per_second(v.trial.load), v.trial.mean_batch, 100.0 * v.trial.utilisation,
+            v.trial.load.healthz.percentile_ms(0.99), static_cast<unsigned long long>(v.trial.load.shed),
+            static_cast<unsigned long long>(v.trial.load.errors));
         for (const auto& e : v.trial.load.error_samples) std::printf("      %s\n", e.c_str());
     }
 

@@ -54,8 +54,8 @@ std::vector<search_hit> parse_hits(std::string_view body) {
 
 }  // namespace
 
-std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t count, std::int64_t k,
-                                       std::uint64_t seed, std::string_view extra_headers) {
+std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t count, std::int64_t k, std::uint64_t seed,
+                                       std::string_view extra_headers) {
     std::vector<std::string> requests;
     const std::int64_t rows = corpus.shape()[0];
     std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;

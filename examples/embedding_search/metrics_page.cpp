@@ -128,13 +128,11 @@ void render_group_metrics(prometheus_writer& w, const engine_snapshot& e, const 
     per_group("tenferro_admission_group_expired_total", "counter",
               "A group's entries completed with deadline_exceeded.", true, [](gs g) { return g.admission.expired; });
     per_group("tenferro_admission_group_busy_permit_seconds_total", "counter",
-              "Permit-seconds held by a group's sessions.", true,
-              [](gs g) { return g.admission.busy_permit_seconds; });
+              "Permit-seconds held by a group's sessions.", true, [](gs g) { return g.admission.busy_permit_seconds; });
     per_group("tenferro_search_group_requests_total", "counter", "Searches submitted in a tenant group.", false,
               [](gs g) { return g.requests; });
     per_group("tenferro_search_group_shed_total", "counter",
-              "Searches answered 503 at once: the group's batcher queue was full.", false,
-              [](gs g) { return g.shed; });
+              "Searches answered 503 at once: the group's batcher queue was full.", false, [](gs g) { return g.shed; });
     per_group("tenferro_search_group_waiting", "gauge", "Searches waiting in the group's batcher.", false,
               [](gs g) { return g.waiting; });
     per_group("tenferro_search_group_mean_batch_seconds", "gauge",
@@ -274,7 +272,7 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
         .sample("tenferro_search_shed_total", "", double(e.shed));
     w.family("tenferro_search_rejected_total", "counter", "Searches completed with an admission error, by reason.");
     static constexpr std::array<std::string_view, 8> reasons = {
-        "",         "reentered", "contended", "incompatible_context", "resource_poisoned",
+        "",         "reentered", "contended",        "incompatible_context", "resource_poisoned",
         "executor", "cancelled", "deadline_exceeded"};
     for (std::size_t i = 1; i < reasons.size(); ++i)
         w.sample("tenferro_search_rejected_total", "reason=\"" + std::string(reasons[i]) + "\"",

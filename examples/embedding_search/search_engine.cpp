@@ -81,10 +81,7 @@ tf::tensor checked_corpus(tf::tensor corpus) {
 
 search_engine::search_engine(tf::cpu_backend& cpu, tf::tensor corpus, engine_options options,
                              std::shared_ptr<permit_usage_observer> usage)
-    : cpu_(cpu),
-      corpus_(checked_corpus(std::move(corpus))),
-      options_(options),
-      usage_(std::move(usage)) {
+    : cpu_(cpu), corpus_(checked_corpus(std::move(corpus))), options_(options), usage_(std::move(usage)) {
     for (std::size_t g = 0; g < cpu_.groups(); ++g) {
         const tf::group_stats gs = cpu_.group_stats(g);
         auto c = std::make_unique<group_counters>();
@@ -135,7 +132,7 @@ void search_engine::count_expired(std::size_t group, expiry_stage stage) {
 }
 
 asio::awaitable<search_outcome> search_engine::search(search_query query, std::size_t group,
-                                                     clock_type::time_point deadline) {
+                                                      clock_type::time_point deadline) {
     search_outcome outcome;
     if (group >= batchers_.size()) {
         outcome.status = search_status::failed;
@@ -239,7 +236,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
 }
 
 std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s, std::size_t group,
-                                                         std::span<item> batch) {
+                                                          std::span<item> batch) {
     const auto started = clock_type::now();
     for (const item& q : batch) admission_wait_.record(started - q.entered);
     sessions_.fetch_add(1, std::memory_order_relaxed);
@@ -317,7 +314,8 @@ engine_snapshot search_engine::snapshot() const {
         gs.waiting = b.waiting;
         gs.requests = c.requests.load(std::memory_order_relaxed);
         gs.shed = c.shed.load(std::memory_order_relaxed);
-        for (std::size_t i = 0; i < gs.expired.size(); ++i) gs.expired[i] = c.expired[i].load(std::memory_order_relaxed);
+        for (std::size_t i = 0; i < gs.expired.size(); ++i)
+            gs.expired[i] = c.expired[i].load(std::memory_order_relaxed);
         gs.batches = c.batches.load(std::memory_order_relaxed);
         gs.mean_batch_seconds = double(c.mean_batch_ns.load(std::memory_order_relaxed)) / 1e9;
         gs.predicted_wait_seconds = predicted_wait_seconds(g);

@@ -89,8 +89,8 @@ struct server_mode {
 /// and no queue bound (its bodies run on the I/O threads at once, nothing
 /// waits), tenferro gets `permits` (one per core by default), `max_waiters`
 /// and, unless `compute_nice` is 0, an `on_worker_start` hook that gives each
-/// compute worker that nice value, and `groups`. Both get a runtime cache large enough to keep the packed copy of a corpus
-/// of `corpus_bytes` (see `search_engine`).
+/// compute worker that nice value, and `groups`. Both get a runtime cache large enough to keep the packed copy of a
+/// corpus of `corpus_bytes` (see `search_engine`).
 tenferro::cpu_backend_options backend_options_for(const server_mode& mode, std::shared_ptr<permit_usage_observer> usage,
                                                   std::size_t corpus_bytes = 0);
 /// The engine a `server_mode` needs (inline computes one query per session).

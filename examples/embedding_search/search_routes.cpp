@@ -140,7 +140,8 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
         co_return r;
     }
     // Both given: the shorter one (a proxy's header may tighten the client's body).
-    if (query->timeout_ms >= 0) timeout_ms = timeout_ms < 0 ? query->timeout_ms : std::min(timeout_ms, query->timeout_ms);
+    if (query->timeout_ms >= 0)
+        timeout_ms = timeout_ms < 0 ? query->timeout_ms : std::min(timeout_ms, query->timeout_ms);
     const auto deadline =
         timeout_ms < 0 ? clock_type::time_point::max() : received + std::chrono::milliseconds(timeout_ms);
     search_outcome out = co_await engine_.search(std::move(*query), group, deadline);

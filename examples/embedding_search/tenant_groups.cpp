@@ -21,9 +21,9 @@ bool all_digits(std::string_view s) {
 
 bool valid_group_name(std::string_view name) {
     return !name.empty() && name.size() <= max_group_name && std::all_of(name.begin(), name.end(), [](char c) {
-               return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                      c == '-' || c == '.';
-           });
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+               c == '.';
+    });
 }
 
 tl::expected<tenferro::group_options, std::string> parse_group_spec(std::string_view spec) {
@@ -39,8 +39,8 @@ tl::expected<tenferro::group_options, std::string> parse_group_spec(std::string_
     }
     unsigned weight = 0;
     const auto [end, ec] = std::from_chars(weight_text.data(), weight_text.data() + weight_text.size(), weight);
-    if (!all_digits(weight_text) || ec != std::errc() || end != weight_text.data() + weight_text.size() ||
-        weight < 1 || weight > max_group_weight) {
+    if (!all_digits(weight_text) || ec != std::errc() || end != weight_text.data() + weight_text.size() || weight < 1 ||
+        weight > max_group_weight) {
         return fail(quoted + ": the weight must be a whole number from 1 to " + std::to_string(max_group_weight));
     }
     tenferro::group_options g;

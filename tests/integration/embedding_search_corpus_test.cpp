@@ -332,11 +332,11 @@ TEST_CASE("demo --tenants runs FIFO and groups side by side and writes its repor
         return;
     }
     temp_dir dir;
-    const process_result r = run_search_binary(binary,
-                                               {"demo", "--tenants", "--rows", "2000", "--dim", "16", "--duration",
-                                                "0.5", "--bulk-connections", "6", "--interactive-connections", "2",
-                                                "--no-progress", "--data-dir", dir.path.string()},
-                                               60s);
+    const process_result r = run_search_binary(
+        binary,
+        {"demo", "--tenants", "--rows", "2000", "--dim", "16", "--duration", "0.5", "--bulk-connections", "6",
+         "--interactive-connections", "2", "--no-progress", "--data-dir", dir.path.string()},
+        60s);
     INFO(r.err);
     CHECK(r.exit_code == 0);
     std::FILE* f = std::fopen((dir.path / "embedding_search_tenants.json").c_str(), "rb");

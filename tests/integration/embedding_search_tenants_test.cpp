@@ -46,7 +46,9 @@ struct tenants_fixture {
         server.drain();
         server.wait();
     }
-    http_reply call(const std::string& request) { return run_blocking(server_fixture::roundtrip(server.port(), request)); }
+    http_reply call(const std::string& request) {
+        return run_blocking(server_fixture::roundtrip(server.port(), request));
+    }
 
     tf::cpu_backend cpu;
     search_engine engine;
@@ -58,8 +60,7 @@ std::string body_of(const std::vector<float>& v, const std::string& extra = "") 
 }
 
 std::string search_in(const std::string& header_lines, const std::string& extra = "") {
-    return make_request("POST", "/v1/search", body_of(query_near_row(test_corpus(), 17, 0.3, 4), extra),
-                        header_lines);
+    return make_request("POST", "/v1/search", body_of(query_near_row(test_corpus(), 17, 0.3, 4), extra), header_lines);
 }
 
 std::string json_string(const std::string& body, const char* a, const char* b) {
@@ -96,8 +97,8 @@ TEST_CASE("--group specs, the timeout header and the wait prediction", "[embeddi
     }
 
     // n / B batches ahead, each D long, stretched by backlogged weight / weight.
-    wait_inputs in{.waiting_ahead = 64, .max_batch = 32, .mean_batch_seconds = 0.010, .weight = 1,
-                   .backlogged_weight = 1};
+    wait_inputs in{
+        .waiting_ahead = 64, .max_batch = 32, .mean_batch_seconds = 0.010, .weight = 1, .backlogged_weight = 1};
     CHECK(predicted_wait_seconds(in) == Approx(0.020));
     in.backlogged_weight = 3;  // another group of weight 2 is backlogged
     CHECK(predicted_wait_seconds(in) == Approx(0.060));
@@ -193,8 +194,7 @@ TEST_CASE("a timeout with no time left is 503 deadline_exceeded with Retry-After
     CHECK(f.cpu.group_stats(1).admitted == 0);  // never reached the host
 }
 
-TEST_CASE("a deadline that passes in the queue is answered at once, without computing",
-          "[embedding_search][tenants]") {
+TEST_CASE("a deadline that passes in the queue is answered at once, without computing", "[embedding_search][tenants]") {
     tenants_fixture f;
     permit_holder hold(f.cpu);
     const auto start = std::chrono::steady_clock::now();
@@ -323,5 +323,6 @@ TEST_CASE("/v1/stats and /metrics break admission down per group", "[embedding_s
          }) {
         CHECK_THAT(metrics.body, Catch::Contains(line));
     }
-    CHECK_THAT(metrics.body, Catch::Contains("tenferro_admission_group_busy_permit_seconds_total{host=\"cpu\",group=\"bulk\"} "));
+    CHECK_THAT(metrics.body,
+               Catch::Contains("tenferro_admission_group_busy_permit_seconds_total{host=\"cpu\",group=\"bulk\"} "));
 }
