@@ -13,6 +13,7 @@
 #include "corpus.hpp"
 #include "demo_progress.hpp"
 #include "demo_report.hpp"
+#include "demo_tenants.hpp"
 #include "demo_trial.hpp"
 #include "json_writer.hpp"
 #include "run_blocking.hpp"
@@ -81,6 +82,7 @@ int run_demo(const demo_options& o) {
                 origin.generated ? "generated" : ("read from " + path).c_str(), origin.seconds,
                 origin.written ? (", saved to " + path).c_str() : "",
                 origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
+    if (o.tenants) return run_tenants_demo(o, corpus, origin, path);
 
     const std::vector<std::string> requests = make_requests(corpus, 512, o.k, o.seed);
     trial_setup setup;

@@ -21,7 +21,17 @@ struct demo_options {
     int healthz_interval_ms = 10;
     bool progress = true;
     server_mode mode;
+    /// `--tenants`: the two-tenant demo (demo_tenants.hpp) instead of the plain one.
+    bool tenants = false;
+    std::size_t bulk_connections = 240, interactive_connections = 16;
 };
+
+/// `demo --tenants` defaults, where the flags are not given: a corpus and a
+/// duration that keep both variants well under a minute on two cores, and
+/// batches small enough that a tenant's queue is several batches deep.
+inline constexpr std::int64_t tenants_default_rows = 100'000;
+inline constexpr double tenants_default_duration_seconds = 8.0;
+inline constexpr std::size_t tenants_default_max_batch = 32;
 
 struct bench_options {
     std::int64_t rows = 200'000, dim = 128;

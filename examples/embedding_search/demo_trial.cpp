@@ -54,8 +54,8 @@ std::vector<search_hit> parse_hits(std::string_view body) {
 
 }  // namespace
 
-std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t count, std::int64_t k,
-                                       std::uint64_t seed) {
+std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t count, std::int64_t k, std::uint64_t seed,
+                                       std::string_view extra_headers) {
     std::vector<std::string> requests;
     const std::int64_t rows = corpus.shape()[0];
     std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -63,7 +63,7 @@ std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t cou
         state = state * 6364136223846793005ull + 1442695040888963407ull;
         const auto row = std::int64_t((state >> 17) % std::uint64_t(rows));
         const std::vector<float> q = query_near_row(corpus, row, 0.5, seed + i);
-        requests.push_back(make_request("POST", "/v1/search", search_body(q, k)));
+        requests.push_back(make_request("POST", "/v1/search", search_body(q, k), extra_headers));
     }
     return requests;
 }
@@ -97,6 +97,7 @@ trial_result run_trial(const tf::tensor& corpus, const std::vector<std::string>&
     lo.requests = requests;
     lo.expected_results = setup.k;
     lo.healthz_interval = std::chrono::milliseconds(setup.healthz_interval_ms);
+    lo.tenants = setup.tenants;
     t.load = run_load(lo, setup.progress);
     const auto window_end = clock_type::now();
     const engine_snapshot after = engine.snapshot();

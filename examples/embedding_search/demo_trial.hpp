@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <tenferro/tenferro.hpp>
@@ -42,11 +43,15 @@ struct trial_setup {
     std::uint64_t seed = 42;
     bool sample_query = false;
     std::function<void(const load_progress&)> progress;
+    /// Connection sets with their own requests (load_options::tenants); empty:
+    /// `connections` sending the trial's `requests`.
+    std::vector<load_tenant> tenants;
 };
 
-/// `count` requests for queries near random corpus rows.
+/// `count` requests for queries near random corpus rows, each with
+/// `extra_headers` (see make_request).
 std::vector<std::string> make_requests(const tenferro::tensor& corpus, std::size_t count, std::int64_t k,
-                                       std::uint64_t seed);
+                                       std::uint64_t seed, std::string_view extra_headers = {});
 
 /// One server (fresh tenferro backend, engine and HTTP server) under one load run.
 trial_result run_trial(const tenferro::tensor& corpus, const std::vector<std::string>& requests,

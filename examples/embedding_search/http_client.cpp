@@ -23,9 +23,10 @@ std::error_code parse_error() { return std::make_error_code(std::errc::protocol_
 
 }  // namespace
 
-std::string make_request(std::string_view method, std::string_view target, std::string_view body) {
+std::string make_request(std::string_view method, std::string_view target, std::string_view body,
+                         std::string_view extra_headers) {
     std::string r;
-    r.reserve(96 + body.size());
+    r.reserve(96 + extra_headers.size() + body.size());
     r += method;
     r += ' ';
     r += target;
@@ -35,6 +36,7 @@ std::string make_request(std::string_view method, std::string_view target, std::
         r += std::to_string(body.size());
         r += "\r\n";
     }
+    r += extra_headers;
     r += "\r\n";
     r += body;
     return r;

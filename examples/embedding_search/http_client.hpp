@@ -24,8 +24,10 @@ struct http_reply {
 };
 
 /// `METHOD target HTTP/1.1` with Host, Content-Length (when there is a body)
-/// and Content-Type: application/json.
-std::string make_request(std::string_view method, std::string_view target, std::string_view body = {});
+/// and Content-Type: application/json, then `extra_headers` (whole lines,
+/// each ending in CRLF, e.g. "X-Tenferro-Group: bulk\r\n").
+std::string make_request(std::string_view method, std::string_view target, std::string_view body = {},
+                         std::string_view extra_headers = {});
 
 class http_client {
 public:

@@ -213,7 +213,10 @@ asio::awaitable<bool> http_connection::write_response(const http_response& r, bo
     } else if (parser_.request().version_minor == 0) {
         head_ += "Connection: keep-alive\r\n";
     }
-    if (r.retry_after) head_ += "Retry-After: " + std::to_string(limits_.retry_after_seconds) + "\r\n";
+    if (r.retry_after) {
+        const int seconds = r.retry_after_seconds > 0 ? r.retry_after_seconds : limits_.retry_after_seconds;
+        head_ += "Retry-After: " + std::to_string(seconds) + "\r\n";
+    }
     if (!r.allow.empty()) {
         head_ += "Allow: ";
         head_ += r.allow;

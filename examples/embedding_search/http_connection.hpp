@@ -31,6 +31,7 @@ struct http_response {
     std::string body;
     bool close = false;        // close the connection after this response
     bool retry_after = false;  // 503: tell the client when to come back
+    int retry_after_seconds = 0;  // with retry_after: these seconds; 0: connection_limits' default
     std::string_view allow;    // 405: the allowed method
     std::string_view content_type = "application/json";
 };

@@ -344,6 +344,14 @@ void http_request_parser::on_field_line(bool trailer) {
         });
     } else if (iequals(name, "expect")) {
         if (iequals(value, "100-continue")) request_.expect_continue = true;
+    } else if (iequals(name, "x-tenferro-group")) {
+        if (request_.has_tenant_group) return fail(400, "more than one X-Tenferro-Group field");
+        request_.has_tenant_group = true;
+        request_.tenant_group = value;
+    } else if (iequals(name, "x-tenferro-timeout-ms")) {
+        if (request_.has_timeout_ms) return fail(400, "more than one X-Tenferro-Timeout-Ms field");
+        request_.has_timeout_ms = true;
+        request_.timeout_ms = value;
     }
 }
 

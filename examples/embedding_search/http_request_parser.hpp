@@ -26,6 +26,8 @@
 //        max_body_bytes (as soon as the size is read, before any body byte)
 //   414 / 431  a request line / header (or trailer) section over max_head_bytes,
 //        or more than max_fields fields
+//   400  also: a second X-Tenferro-Group or X-Tenferro-Timeout-Ms field (which
+//        one counts would depend on who reads the request)
 //   501  a transfer coding other than chunked (`gzip, chunked`, `identity, chunked`)
 //   505  an HTTP major version other than 1
 //
@@ -54,6 +56,12 @@ struct http_request {
     bool keep_alive = true;    ///< HTTP/1.1 without `Connection: close`, or HTTP/1.0 with `keep-alive`
     bool expect_continue = false;
     bool chunked = false;
+    /// The server's own fields (names matched case-insensitively), their
+    /// values OWS-trimmed and not yet validated: the tenant group and the
+    /// timeout. Each at most once; bounded only by max_head_bytes here (the
+    /// routes judge the values).
+    std::string tenant_group, timeout_ms;
+    bool has_tenant_group = false, has_timeout_ms = false;
 };
 
 struct http_parse_error {

@@ -150,7 +150,7 @@ void search_server::connection_closed(http_connection* c) {
 }
 
 asio::awaitable<http_response> search_server::handle(const http_request& request, clock_type::time_point received) {
-    return routes_.handle(request.method, request.target, request.body, received);
+    return routes_.handle(request, received);
 }
 
 bool search_server::draining() const noexcept { return draining_flag_.load(std::memory_order_acquire); }
@@ -171,6 +171,7 @@ server_snapshot search_server::snapshot() const {
     }
     s.search_latency = routes_.search_latency();
     s.healthz_latency = routes_.healthz_latency();
+    for (std::size_t g = 0; g < routes_.groups(); ++g) s.group_latency.push_back(routes_.group_latency(g));
     s.uptime_seconds = std::chrono::duration<double>(clock_type::now() - started_).count();
     return s;
 }

@@ -4,13 +4,15 @@
 // three routes:
 //
 //   POST /v1/search   {"vector": [D numbers], "k": 10} -> {"results": [{"index": i, "score": s}, ...]}
+//                     (X-Tenferro-Group: the tenant; "timeout_ms" or X-Tenferro-Timeout-Ms: the deadline)
 //   GET  /v1/stats    admission, buffer-pool, request and latency counters
 //   GET  /healthz     {"status": "ok"}
 //
 // Bad input never takes the server down: malformed HTTP -> 400 (or 501 for an
 // unsupported transfer coding, 505 for another HTTP version) and close; a bad
 // search body -> 400 naming the field; a body over the limit -> 413 and close;
-// admission refused (the tenferro queue bound) -> 503 with Retry-After; idle
+// admission refused (the tenferro queue bound) -> 503 with Retry-After; a
+// deadline missed or predicted to be -> 503 deadline_exceeded; idle
 // and slow clients are timed out; drain() (or SIGINT / SIGTERM) stops
 // accepting, lets requests in flight finish, and closes every connection.
 //
@@ -63,6 +65,7 @@ struct server_snapshot {
     std::vector<std::pair<int, std::uint64_t>> responses;  ///< (status, count), non-zero only
     histogram_snapshot search_latency;   ///< request received -> response ready, 200s of /v1/search
     histogram_snapshot healthz_latency;  ///< same for /healthz
+    std::vector<histogram_snapshot> group_latency;  ///< search_latency by tenant group
     double uptime_seconds = 0.0;
 };
 

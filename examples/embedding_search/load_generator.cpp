@@ -1,7 +1,9 @@
 #include "load_generator.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
+#include <memory>
 
 #include <simdjson.h>
 #include <asio/co_spawn.hpp>
@@ -27,6 +29,7 @@ struct load_state {
     std::size_t running = 0;
     load_result result;
     latency_histogram latency, healthz;
+    std::vector<std::unique_ptr<latency_histogram>> tenant_latency;  // by tenant
     clock_type::time_point last_answer;
 
     void error(std::string what) {
@@ -35,8 +38,11 @@ struct load_state {
     }
 };
 
-asio::awaitable<void> search_worker(load_state& st, std::size_t id) {
+/// `tenant`: an index into result.tenants, or none (no tenants).
+asio::awaitable<void> search_worker(load_state& st, std::size_t id, const std::vector<std::string>& requests,
+                                    std::size_t tenant) {
     http_client client(co_await asio::this_coro::executor);
+    tenant_load* mine = tenant < st.result.tenants.size() ? &st.result.tenants[tenant] : nullptr;
     std::size_t next = id;
     while (!st.stop) {
         try {
@@ -44,7 +50,7 @@ asio::awaitable<void> search_worker(load_state& st, std::size_t id) {
                 co_await client.connect(st.options.host, st.options.port);
                 ++st.result.connects;
             }
-            const std::string& request = st.options.requests[next++ % st.options.requests.size()];
+            const std::string& request = requests[next++ % requests.size()];
             const auto sent = clock_type::now();
             const http_reply reply = co_await client.roundtrip(request);
             st.last_answer = clock_type::now();
@@ -52,17 +58,25 @@ asio::awaitable<void> search_worker(load_state& st, std::size_t id) {
                 if (valid_search_response(reply.body, st.options.expected_results)) {
                     ++st.result.ok;
                     st.latency.record(st.last_answer - sent);
+                    if (mine) {
+                        ++mine->ok;
+                        st.tenant_latency[tenant]->record(st.last_answer - sent);
+                    }
                 } else {
                     st.error("malformed 200 body: " + reply.body.substr(0, 200));
+                    if (mine) ++mine->errors;
                 }
             } else if (reply.status == 503) {
                 ++st.result.shed;
+                if (mine) ++mine->shed;
             } else {
                 st.error("status " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+                if (mine) ++mine->errors;
             }
             if (!reply.keep_alive) client.close();
         } catch (const std::exception& e) {
             st.error(std::string("connection: ") + e.what());
+            if (mine) ++mine->errors;
             client.close();
         }
     }
@@ -155,9 +169,28 @@ load_result run_load(const load_options& options, const std::function<void(const
     load_state st{options};
     const auto start = clock_type::now();
     st.last_answer = start;
-    for (std::size_t i = 0; i < options.connections; ++i) {
-        ++st.running;
-        asio::co_spawn(io, search_worker(st, i), asio::detached);
+    if (options.tenants.empty()) {
+        for (std::size_t i = 0; i < options.connections; ++i) {
+            ++st.running;
+            asio::co_spawn(io, search_worker(st, i, options.requests, 0), asio::detached);
+        }
+    }
+    // Interleaved (one connection of each tenant in turn) so that no tenant
+    // gets a head start at the beginning of the run.
+    std::size_t most = 0;
+    for (const load_tenant& t : options.tenants) {
+        tenant_load& added = st.result.tenants.emplace_back();
+        added.name = t.name;
+        added.connections = t.connections;
+        st.tenant_latency.push_back(std::make_unique<latency_histogram>());
+        most = std::max(most, t.connections);
+    }
+    for (std::size_t i = 0; i < most; ++i) {
+        for (std::size_t t = 0; t < options.tenants.size(); ++t) {
+            if (i >= options.tenants[t].connections || options.tenants[t].requests.empty()) continue;
+            ++st.running;
+            asio::co_spawn(io, search_worker(st, i, options.tenants[t].requests, t), asio::detached);
+        }
     }
     if (options.healthz_interval.count() > 0) {
         ++st.running;
@@ -169,6 +202,8 @@ load_result run_load(const load_options& options, const std::function<void(const
     st.result.seconds = std::chrono::duration<double>(st.last_answer - start).count();
     st.result.latency = st.latency.snapshot();
     st.result.healthz = st.healthz.snapshot();
+    for (std::size_t t = 0; t < st.result.tenants.size(); ++t)
+        st.result.tenants[t].latency = st.tenant_latency[t]->snapshot();
     return std::move(st.result);
 }
 

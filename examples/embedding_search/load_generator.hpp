@@ -3,6 +3,8 @@
 // sending the next search request as soon as the previous answer arrives, for
 // `duration`; plus one connection probing /healthz at a fixed interval, which
 // shows whether the server's I/O threads stay responsive under the load.
+// Connections may form several tenants, each with its own requests (e.g. its
+// own X-Tenferro-Group header), measured apart.
 
 #include <chrono>
 #include <cstdint>
@@ -14,6 +16,13 @@
 
 namespace embedding_search {
 
+/// A set of connections sending their own requests, measured apart.
+struct load_tenant {
+    std::string name;
+    std::size_t connections = 1;
+    std::vector<std::string> requests;  ///< complete HTTP requests, sent round-robin
+};
+
 struct load_options {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
@@ -23,6 +32,17 @@ struct load_options {
     std::int64_t expected_results = 10;  ///< a 200 must carry exactly this many results, best first
     std::chrono::milliseconds healthz_interval{10};  ///< 0: no probe
     std::chrono::milliseconds progress_interval{100};
+    /// Empty: one anonymous tenant of `connections` sending `requests`.
+    /// Otherwise these, and `connections` and `requests` are ignored.
+    std::vector<load_tenant> tenants;
+};
+
+/// What one tenant's connections measured.
+struct tenant_load {
+    std::string name;
+    std::size_t connections = 0;
+    std::uint64_t ok = 0, shed = 0, errors = 0;
+    histogram_snapshot latency;  ///< client-side latency of its 200s
 };
 
 struct load_progress {
@@ -40,6 +60,7 @@ struct load_result {
     histogram_snapshot latency;              ///< client-side latency of the 200s
     histogram_snapshot healthz;              ///< client-side latency of the /healthz probes
     std::uint64_t healthz_errors = 0;
+    std::vector<tenant_load> tenants;  ///< one per load_options::tenants (none without)
 };
 
 /// Runs the load on the calling thread (its own io_context) and returns when

@@ -27,6 +27,7 @@
 #include "http_server.hpp"
 #include "permit_usage.hpp"
 #include "search_engine.hpp"
+#include "tenant_groups.hpp"
 
 namespace tf = tenferro;
 using namespace embedding_search;
@@ -80,6 +81,14 @@ const CLI::Validator ip_address_validator(
         return {};
     },
     "IPv4 or IPv6 address");
+
+/// `--group NAME:WEIGHT`, e.g. `interactive:4`.
+const CLI::Validator group_spec_validator(
+    [](std::string& input) -> std::string {
+        const auto parsed = parse_group_spec(input);
+        return parsed ? std::string() : parsed.error();
+    },
+    "NAME:WEIGHT");
 
 /// Why a rows x dim f32 corpus cannot be held in memory, or "" when it can.
 /// (Without this, an absurd size ends in "std::bad_alloc" or the OOM killer.)
@@ -144,9 +153,13 @@ int serve(serve_options o) {
     o.server.handle_signals = true;
     search_server server(engine, o.server);
     server.start();
-    std::printf("tenferro-search: listening on http://%s:%u (%s, %zu permit(s), %zu I/O thread(s))\n",
+    std::string groups;
+    for (std::size_t g = 0; g < engine.groups(); ++g)
+        groups += (g ? ", " : "") + engine.group_name(g) + ":" + std::to_string(cpu.group_stats(g).weight);
+    std::printf("tenferro-search: listening on http://%s:%u (%s, %zu permit(s), %zu I/O thread(s), groups %s)\n",
                 o.server.host.c_str(), unsigned(server.port()),
-                o.mode.inline_compute ? "inline compute" : "tenferro sessions", cpu.permits(), io_threads);
+                o.mode.inline_compute ? "inline compute" : "tenferro sessions", cpu.permits(), io_threads,
+                groups.c_str());
     std::fflush(stdout);
     server.wait();
     std::fprintf(stderr, "tenferro-search: drained, bye\n");
@@ -179,6 +192,20 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
                    "nice value the compute workers give themselves, below the I/O threads' (0: leave them)")
         ->check(whole(0, 19))
         ->capture_default_str();
+    // Each --group is checked as it is parsed (the spec), and again as a whole
+    // (a name given twice) by the callback of the last one.
+    app.add_option_function<std::vector<std::string>>(
+           "--group",
+           [&mode](const std::vector<std::string>& specs) {
+               mode.groups.clear();
+               for (const std::string& spec : specs) mode.groups.push_back(*parse_group_spec(spec));
+               if (const std::string problem = check_groups(mode.groups); !problem.empty())
+                   throw CLI::ValidationError("--group", problem);
+           },
+           "a tenant group NAME:WEIGHT (repeat for each); requests name theirs in the X-Tenferro-Group header, "
+           "none: the first group. No --group: one FIFO queue")
+        ->type_name("NAME:WEIGHT")
+        ->check(group_spec_validator);
     app.add_flag("--inline", mode.inline_compute,
                  "baseline without tenferro admission: compute on the I/O threads that parsed the request");
 }
@@ -250,6 +277,15 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     demo->add_flag("!--no-progress", demo_opts.progress, "no progress bar");
     add_mode_options(*demo, demo_opts.mode);
+    demo->add_flag("--tenants", demo_opts.tenants,
+                   "two tenants (bulk and interactive connections), FIFO vs a tenant group each, side by side");
+    demo->add_option("--bulk-connections", demo_opts.bulk_connections, "--tenants: the bulk tenant's connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
+    demo->add_option("--interactive-connections", demo_opts.interactive_connections,
+                     "--tenants: the interactive tenant's connections")
+        ->check(whole<std::size_t>(1, 100'000))
+        ->capture_default_str();
 
     bench_options bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");
@@ -290,6 +326,11 @@ int main(int argc, char** argv) {
 
     try {
         if (demo->parsed()) {
+            if (demo_opts.tenants) {
+                if (demo->count("--rows") == 0) demo_opts.rows = tenants_default_rows;
+                if (demo->count("--duration") == 0) demo_opts.duration_seconds = tenants_default_duration_seconds;
+                if (demo->count("--batch") == 0) demo_opts.mode.max_batch = tenants_default_max_batch;
+            }
             if (const std::string p = corpus_size_problem("demo --rows --dim", demo_opts.rows, demo_opts.dim);
                 !p.empty()) {
                 std::fprintf(stderr, "tenferro-search: %s\n", p.c_str());

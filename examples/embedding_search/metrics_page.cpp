@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace tf = tenferro;
 
@@ -92,6 +93,67 @@ process_basics read_process_basics() {
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) == 0) p.max_fds = double(limit.rlim_cur);
     return p;
+}
+
+/// Per tenant group: the host's group_stats (`tenferro_admission_group_*`,
+/// labelled host and group) and the server's own figures
+/// (`tenferro_search_group_*`, `tenferro_search_deadline_exceeded_total`).
+void render_group_metrics(prometheus_writer& w, const engine_snapshot& e, const server_snapshot& s,
+                          const std::string& host) {
+    std::vector<std::string> labels, host_labels;
+    for (const group_snapshot& g : e.groups) {
+        labels.push_back("group=\"" + prometheus_writer::escape(g.name) + "\"");
+        host_labels.push_back(host + "," + labels.back());
+    }
+    const auto per_group = [&](std::string_view name, std::string_view type, std::string_view help, bool with_host,
+                               auto value) {
+        w.family(name, type, help);
+        for (std::size_t i = 0; i < e.groups.size(); ++i)
+            w.sample(name, with_host ? host_labels[i] : labels[i], double(value(e.groups[i])));
+    };
+    using gs = const group_snapshot&;
+    per_group("tenferro_admission_group_weight", "gauge", "A tenant group's weight.", true,
+              [](gs g) { return g.admission.weight; });
+    per_group("tenferro_admission_group_waiting", "gauge", "A group's entries queued for permits right now.", true,
+              [](gs g) { return g.admission.waiting; });
+    per_group("tenferro_admission_group_admitted_total", "counter", "A group's entries granted their permits.", true,
+              [](gs g) { return g.admission.admitted; });
+    per_group("tenferro_admission_group_completed_total", "counter", "A group's entries whose body finished.", true,
+              [](gs g) { return g.admission.completed; });
+    per_group("tenferro_admission_group_rejected_total", "counter",
+              "A group's entries completed with an admission error other than cancelled.", true,
+              [](gs g) { return g.admission.rejected; });
+    per_group("tenferro_admission_group_cancelled_total", "counter", "A group's entries cancelled while waiting.", true,
+              [](gs g) { return g.admission.cancelled; });
+    per_group("tenferro_admission_group_expired_total", "counter",
+              "A group's entries completed with deadline_exceeded.", true, [](gs g) { return g.admission.expired; });
+    per_group("tenferro_admission_group_busy_permit_seconds_total", "counter",
+              "Permit-seconds held by a group's sessions.", true, [](gs g) { return g.admission.busy_permit_seconds; });
+    per_group("tenferro_search_group_requests_total", "counter", "Searches submitted in a tenant group.", false,
+              [](gs g) { return g.requests; });
+    per_group("tenferro_search_group_shed_total", "counter",
+              "Searches answered 503 at once: the group's batcher queue was full.", false, [](gs g) { return g.shed; });
+    per_group("tenferro_search_group_waiting", "gauge", "Searches waiting in the group's batcher.", false,
+              [](gs g) { return g.waiting; });
+    per_group("tenferro_search_group_mean_batch_seconds", "gauge",
+              "Moving mean of the group's batch-body durations (the wait prediction's unit).", false,
+              [](gs g) { return g.mean_batch_seconds; });
+    per_group("tenferro_search_group_predicted_wait_seconds", "gauge",
+              "Wait predicted for a search arriving in the group now.", false,
+              [](gs g) { return g.predicted_wait_seconds; });
+    w.family("tenferro_search_deadline_exceeded_total", "counter",
+             "Searches answered 503 deadline_exceeded, by group and by where the deadline was missed.");
+    for (std::size_t i = 0; i < e.groups.size(); ++i) {
+        for (std::size_t st = 0; st < expiry_stage_names.size(); ++st) {
+            w.sample("tenferro_search_deadline_exceeded_total",
+                     labels[i] + ",stage=\"" + std::string(expiry_stage_names[st]) + "\"",
+                     double(e.groups[i].expired[st]));
+        }
+    }
+    w.family("tenferro_search_group_request_duration_seconds", "histogram",
+             "Request received to response ready, 200s of /v1/search, by tenant group.");
+    for (std::size_t i = 0; i < e.groups.size() && i < s.group_latency.size(); ++i)
+        w.histogram("tenferro_search_group_request_duration_seconds", labels[i], s.group_latency[i]);
 }
 
 }  // namespace
@@ -177,6 +239,8 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
         .sample("tenferro_admission_rejected_total", host, double(a.rejected));
     w.family("tenferro_admission_cancelled_total", "counter", "Entries cancelled while waiting.")
         .sample("tenferro_admission_cancelled_total", host, double(a.cancelled));
+    w.family("tenferro_admission_expired_total", "counter", "Entries completed with deadline_exceeded.")
+        .sample("tenferro_admission_expired_total", host, double(a.expired));
     w.family("tenferro_admission_busy_permit_seconds_total", "counter",
              "Permit-seconds held by running sessions (from an admission_observer).")
         .sample("tenferro_admission_busy_permit_seconds_total", host, e.busy_permit_seconds);
@@ -207,11 +271,13 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
     w.family("tenferro_search_shed_total", "counter", "Searches answered 503 at once: the batcher's queue was full.")
         .sample("tenferro_search_shed_total", "", double(e.shed));
     w.family("tenferro_search_rejected_total", "counter", "Searches completed with an admission error, by reason.");
-    static constexpr std::array<std::string_view, 7> reasons = {
-        "", "reentered", "contended", "incompatible_context", "resource_poisoned", "executor", "cancelled"};
+    static constexpr std::array<std::string_view, 8> reasons = {
+        "",         "reentered", "contended",        "incompatible_context", "resource_poisoned",
+        "executor", "cancelled", "deadline_exceeded"};
     for (std::size_t i = 1; i < reasons.size(); ++i)
         w.sample("tenferro_search_rejected_total", "reason=\"" + std::string(reasons[i]) + "\"",
                  double(e.rejected_by_reason[i]));
+    render_group_metrics(w, e, s, host);
     w.family("tenferro_http_requests_total", "counter", "HTTP responses sent, by status code.");
     for (const auto& [status, n] : s.responses)
         w.sample("tenferro_http_requests_total", "code=\"" + std::to_string(status) + "\"", double(n));

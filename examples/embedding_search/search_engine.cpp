@@ -4,13 +4,19 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
 #include "thread_priority.hpp"
@@ -29,6 +35,7 @@ tf::cpu_backend_options backend_options_for(const server_mode& mode, std::shared
                                     : (mode.permits ? mode.permits : std::max(1u, std::thread::hardware_concurrency()));
     o.max_waiters = mode.inline_compute ? std::numeric_limits<std::size_t>::max() : mode.max_waiters;
     o.observer = std::move(usage);
+    if (!mode.inline_compute) o.groups = mode.groups;
     if (!mode.inline_compute && mode.compute_nice != 0) {
         // Each compute worker lowers its own priority once, as it starts.
         o.on_worker_start = [nice = mode.compute_nice](std::size_t) { set_thread_nice(nice); };
@@ -47,9 +54,9 @@ engine_options engine_options_for(const server_mode& mode) {
 }
 
 namespace {
-/// The batcher's options for an engine: inline compute runs each query on the
-/// I/O thread that asked for it (placement::caller), one per session.
-tf::batch_options batching_for(const engine_options& o, std::size_t backend_permits) {
+/// The batcher's options for an engine's group: inline compute runs each
+/// query on the I/O thread that asked for it (placement::caller), one per session.
+tf::batch_options batching_for(const engine_options& o, std::size_t backend_permits, std::size_t group) {
     tf::batch_options b;
     // A batch takes every permit by default: a lone query then uses every core, and a batch
     // split over the cores finishes as soon as two half-size batches would, in FIFO order.
@@ -59,6 +66,7 @@ tf::batch_options batching_for(const engine_options& o, std::size_t backend_perm
     b.max_batch = o.inline_compute ? 1 : std::max<std::size_t>(1, o.max_batch);
     b.max_delay = o.inline_compute ? std::chrono::microseconds(0) : o.max_delay;
     b.session.where = o.inline_compute ? tf::placement::caller : tf::placement::compute;
+    b.session.group = group;
     return b;
 }
 
@@ -73,83 +81,215 @@ tf::tensor checked_corpus(tf::tensor corpus) {
 
 search_engine::search_engine(tf::cpu_backend& cpu, tf::tensor corpus, engine_options options,
                              std::shared_ptr<permit_usage_observer> usage)
-    : cpu_(cpu),
-      corpus_(checked_corpus(std::move(corpus))),
-      options_(options),
-      usage_(std::move(usage)),
-      batcher_(cpu, batching_for(options, cpu.permits()),
-               [this](tf::backend_session& s, std::span<item> batch) { return compute(s, batch); }) {
-    options_.max_batch = batcher_.options().max_batch;
+    : cpu_(cpu), corpus_(checked_corpus(std::move(corpus))), options_(options), usage_(std::move(usage)) {
+    for (std::size_t g = 0; g < cpu_.groups(); ++g) {
+        const tf::group_stats gs = cpu_.group_stats(g);
+        auto c = std::make_unique<group_counters>();
+        c->name = std::string(gs.name);
+        c->weight = gs.weight;
+        counters_.push_back(std::move(c));
+    }
+    for (std::size_t g = 0; g < cpu_.groups(); ++g) {
+        batchers_.push_back(std::make_unique<batcher_type>(
+            cpu_, batching_for(options_, cpu_.permits(), g),
+            [this, g](tf::backend_session& s, std::span<item> batch) { return compute(s, g, batch); }));
+    }
+    options_.max_batch = batchers_.front()->options().max_batch;
     cpu_.default_cache().mark_constant(corpus_);
 }
 
-search_engine::~search_engine() { cpu_.default_cache().unmark_constant(corpus_); }
+search_engine::~search_engine() {
+    batchers_.clear();  // before the counters their bodies use
+    cpu_.default_cache().unmark_constant(corpus_);
+}
 
-asio::awaitable<search_outcome> search_engine::search(search_query query) {
-    tf::session_result<hits> r;
+std::size_t search_engine::group_index(std::string_view name) const noexcept {
+    for (std::size_t g = 0; g < counters_.size(); ++g) {
+        if (counters_[g]->name == name) return g;
+    }
+    return counters_.size();
+}
+
+double search_engine::predicted_wait_seconds(std::size_t group) const {
+    wait_inputs in;
+    in.max_batch = options_.max_batch;
+    in.weight = counters_.at(group)->weight;
+    in.backlogged_weight = in.weight;
+    for (std::size_t g = 0; g < batchers_.size(); ++g) {
+        const std::size_t waiting = batchers_[g]->stats().waiting;
+        if (g == group) {
+            in.waiting_ahead = waiting;
+        } else if (waiting > 0) {
+            in.backlogged_weight += counters_[g]->weight;
+        }
+    }
+    in.mean_batch_seconds = double(counters_[group]->mean_batch_ns.load(std::memory_order_relaxed)) / 1e9;
+    return embedding_search::predicted_wait_seconds(in);
+}
+
+void search_engine::count_expired(std::size_t group, expiry_stage stage) {
+    counters_[group]->expired[std::size_t(stage)].fetch_add(1, std::memory_order_relaxed);
+}
+
+asio::awaitable<search_outcome> search_engine::search(search_query query, std::size_t group,
+                                                      clock_type::time_point deadline) {
     search_outcome outcome;
-    if (batcher_.stats().waiting >= options_.max_waiting) {
+    if (group >= batchers_.size()) {
+        outcome.status = search_status::failed;
+        outcome.error = "no group " + std::to_string(group);
+        co_return outcome;
+    }
+    group_counters& counters = *counters_[group];
+    batcher_type& batcher = *batchers_[group];
+    counters.requests.fetch_add(1, std::memory_order_relaxed);
+    if (batcher.stats().waiting >= options_.max_waiting) {
         shed_.fetch_add(1, std::memory_order_relaxed);
+        counters.shed.fetch_add(1, std::memory_order_relaxed);
         outcome.status = search_status::shed;
         outcome.error = "the search queue is full (" + std::to_string(options_.max_waiting) + " waiting)";
         co_return outcome;
     }
+    const bool has_deadline = deadline != clock_type::time_point::max();
+    const auto expired = [&](expiry_stage stage, std::string why) {
+        count_expired(group, stage);
+        outcome.status = search_status::expired;
+        outcome.stage = stage;
+        outcome.error = std::move(why);
+        outcome.predicted_wait_seconds = predicted_wait_seconds(group);
+    };
+    if (has_deadline) {
+        const auto now = clock_type::now();
+        const double left = std::chrono::duration<double>(deadline - now).count();
+        const double predicted = predicted_wait_seconds(group);
+        if (left <= 0.0 || predicted > left) {
+            char why[160];
+            if (left <= 0.0) {
+                std::snprintf(why, sizeof why, "no time was left on arrival");
+            } else {
+                std::snprintf(why, sizeof why, "predicted wait %.0f ms, time left %.0f ms", predicted * 1e3,
+                              left * 1e3);
+            }
+            expired(expiry_stage::arrival, why);
+            co_return outcome;
+        }
+    }
+
+    // The deadline's timer cancels the submission: an item still waiting in
+    // the batcher leaves it at once (one already taken into a batch is judged
+    // by the body). The state is shared with the timer's handler, which may
+    // run after this frame is gone. A query without a deadline has neither.
+    struct deadline_watch {
+        asio::cancellation_signal signal;
+        bool fired = false;
+    };
+    std::shared_ptr<deadline_watch> watch;
+    std::optional<asio::steady_timer> timer;
+    if (has_deadline) {
+        watch = std::make_shared<deadline_watch>();
+        timer.emplace(co_await asio::this_coro::executor, deadline);
+        timer->async_wait([watch](std::error_code ec) {
+            if (ec) return;
+            watch->fired = true;
+            watch->signal.emit(asio::cancellation_type::terminal);
+        });
+    }
+    tf::session_result<answer> r;
     try {
         // (Named, not a braced temporary in the co_await: docs/pitfalls.md, 3.)
-        item it{std::move(query), clock_type::now()};
-        r = co_await batcher_.submit(std::move(it));
+        item it{std::move(query), clock_type::now(), deadline};
+        if (watch) {
+            r = co_await batcher.submit(std::move(it),
+                                        asio::bind_cancellation_slot(watch->signal.slot(), asio::use_awaitable));
+        } else {
+            r = co_await batcher.submit(std::move(it));
+        }
     } catch (const std::exception& e) {
         // The batch's body threw (every query of that batch gets it).
+        if (timer) timer->cancel();
         outcome.status = search_status::failed;
         outcome.error = e.what();
         co_return outcome;
     }
+    if (timer) timer->cancel();
     if (!r) {
         // `contended` is the queue bound (max_waiters); `executor` means the
         // backend (or the engine) is shutting down: shed the query.
         const auto code = r.error().code();
         if (const auto i = static_cast<std::size_t>(code); i < rejected_by_reason_.size())
             rejected_by_reason_[i].fetch_add(1, std::memory_order_relaxed);
+        if (code == tf::session_entry_errc::cancelled && watch && watch->fired) {
+            expired(expiry_stage::queue, "the deadline passed while the search waited for its batch");
+            co_return outcome;
+        }
         outcome.status = code == tf::session_entry_errc::contended || code == tf::session_entry_errc::executor
                              ? search_status::shed
                              : search_status::failed;
         outcome.error = r.error().message();
         co_return outcome;
     }
-    outcome.hits = std::move(*r);
+    if (r->expired) {
+        expired(expiry_stage::batch_start, "the deadline passed before its batch started");
+        co_return outcome;
+    }
+    outcome.hits = std::move(r->hits);
     co_return outcome;
 }
 
-std::vector<search_engine::hits> search_engine::compute(tf::backend_session& s, std::span<item> batch) {
+std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s, std::size_t group,
+                                                          std::span<item> batch) {
     const auto started = clock_type::now();
     for (const item& q : batch) admission_wait_.record(started - q.entered);
     sessions_.fetch_add(1, std::memory_order_relaxed);
 
-    const auto count = std::int64_t(batch.size());
+    // Items past their deadline are answered expired, not computed: the live
+    // ones are moved to the front (stable, so results keep their order).
+    std::vector<answer> out(batch.size());
+    std::vector<std::size_t> live;
+    live.reserve(batch.size());
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+        if (batch[j].deadline <= started) {
+            out[j].expired = true;
+        } else {
+            live.push_back(j);
+        }
+    }
+    if (live.empty()) return out;
+
+    const auto count = std::int64_t(live.size());
     const std::int64_t d = dim();
     std::int64_t k_max = 0;
-    for (const item& q : batch) k_max = std::max(k_max, q.query.k);
+    for (const std::size_t j : live) k_max = std::max(k_max, batch[j].query.k);
 
     // Queries as rows: [B, D]; the best k_max of queries x corpus^T ([B, N], never materialised).
     tf::tensor queries = tf::tensor::empty(tf::dtype::f32, {count, d});
     float* rows_out = queries.data<float>();
-    for (const item& q : batch) {
-        std::copy(q.query.unit_vector.begin(), q.query.unit_vector.end(), rows_out);
+    for (const std::size_t j : live) {
+        std::copy(batch[j].query.unit_vector.begin(), batch[j].query.unit_vector.end(), rows_out);
         rows_out += d;
     }
     const auto [values, indices] = s.matmul_top_k(queries, corpus_.transposed(), k_max);
 
     const float* v = values.data<float>();
     const std::int64_t* i = indices.data<std::int64_t>();
-    std::vector<hits> out(batch.size());
     for (std::int64_t b = 0; b < count; ++b) {
-        const std::int64_t k = batch[std::size_t(b)].query.k;
-        hits& h = out[std::size_t(b)];
+        const std::size_t at = live[std::size_t(b)];
+        const std::int64_t k = batch[at].query.k;
+        std::vector<search_hit>& h = out[at].hits;
         h.resize(std::size_t(k));
         for (std::int64_t j = 0; j < k; ++j) h[std::size_t(j)] = {i[b * k_max + j], v[b * k_max + j]};
     }
-    batch_compute_.record(clock_type::now() - started);
-    batched_queries_.fetch_add(batch.size(), std::memory_order_relaxed);
+    const auto took = clock_type::now() - started;
+    batch_compute_.record(took);
+    batched_queries_.fetch_add(live.size(), std::memory_order_relaxed);
+    // The group's moving mean of batch durations, for the wait prediction:
+    // 1/8 per batch follows a change of load within a few dozen batches and
+    // smooths the noise of one. (Bodies of a group may overlap with
+    // --batch-permits: a lost update then only drops one sample.)
+    group_counters& c = *counters_[group];
+    c.batches.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+    const std::int64_t mean = c.mean_batch_ns.load(std::memory_order_relaxed);
+    c.mean_batch_ns.store(mean == 0 ? ns : mean + (ns - mean) / 8, std::memory_order_relaxed);
     return out;
 }
 
@@ -157,7 +297,30 @@ engine_snapshot search_engine::snapshot() const {
     engine_snapshot s;
     s.admission_wait = admission_wait_.snapshot();
     s.batch_compute = batch_compute_.snapshot();
-    s.batcher = batcher_.stats();
+    for (std::size_t g = 0; g < batchers_.size(); ++g) {
+        const tf::batch_stats b = batchers_[g]->stats();
+        s.batcher.submitted += b.submitted;
+        s.batcher.completed += b.completed;
+        s.batcher.cancelled += b.cancelled;
+        s.batcher.rejected += b.rejected;
+        s.batcher.batches += b.batches;
+        s.batcher.largest_batch = std::max(s.batcher.largest_batch, b.largest_batch);
+        s.batcher.waiting += b.waiting;
+
+        const group_counters& c = *counters_[g];
+        group_snapshot gs;
+        gs.name = c.name;
+        gs.admission = cpu_.group_stats(g);
+        gs.waiting = b.waiting;
+        gs.requests = c.requests.load(std::memory_order_relaxed);
+        gs.shed = c.shed.load(std::memory_order_relaxed);
+        for (std::size_t i = 0; i < gs.expired.size(); ++i)
+            gs.expired[i] = c.expired[i].load(std::memory_order_relaxed);
+        gs.batches = c.batches.load(std::memory_order_relaxed);
+        gs.mean_batch_seconds = double(c.mean_batch_ns.load(std::memory_order_relaxed)) / 1e9;
+        gs.predicted_wait_seconds = predicted_wait_seconds(g);
+        s.groups.push_back(std::move(gs));
+    }
     s.shed = shed_.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < s.rejected_by_reason.size(); ++i)
         s.rejected_by_reason[i] = rejected_by_reason_[i].load(std::memory_order_relaxed);

@@ -9,6 +9,18 @@
 // `max_batch`), which reads the corpus once for all of them; an idle server
 // answers each query in a session of its own, at once (no timer unless
 // `max_delay` asks for one: contract B1-B6, docs/design/batching.md).
+//
+// Tenants: the backend may have several groups (`server_mode::groups`, contract
+// P1-P3). The engine keeps one batcher per group, whose sessions are entered in
+// that group, so a batch holds one tenant's queries and the host's weighted fair
+// queuing shares the permit-time between the groups' batch sessions.
+//
+// Deadlines: a batcher item has none of its own (contract section 8), so the
+// engine enforces a query's deadline itself, three ways: refused at arrival when
+// the predicted wait (tenant_groups.hpp) exceeds the time left; removed from its
+// batcher when the deadline passes while it waits (per-operation cancellation
+// from a timer); skipped by the batch body when the deadline passed before it
+// started. Each is answered `expired`.
 
 #include <array>
 #include <atomic>
@@ -18,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <asio/awaitable.hpp>
@@ -27,6 +40,7 @@
 #include "latency_histogram.hpp"
 #include "permit_usage.hpp"
 #include "search_request.hpp"
+#include "tenant_groups.hpp"
 
 namespace embedding_search {
 
@@ -45,9 +59,9 @@ struct engine_options {
     /// 0: batch only what waits anyway (B1). Otherwise wait up to this long for
     /// a batch to fill (B6: the timer policy of other servers, for comparison).
     std::chrono::microseconds max_delay{0};
-    /// Load shedding: a query arriving while this many wait in the batcher is
-    /// answered `shed` (503) at once. (Checked without a lock held across the
-    /// submission: concurrent arrivals may overshoot it by a few.)
+    /// Load shedding: a query arriving while this many wait in its group's
+    /// batcher is answered `shed` (503) at once. (Checked without a lock held
+    /// across the submission: concurrent arrivals may overshoot it by a few.)
     std::size_t max_waiting = std::numeric_limits<std::size_t>::max();
 };
 
@@ -66,14 +80,17 @@ struct server_mode {
     /// leaves them alone. Tenferro mode only: inline compute runs its bodies
     /// on the I/O threads.
     int compute_nice = 19;
+    /// Tenant groups (`--group NAME:WEIGHT`), into `cpu_backend_options::groups`;
+    /// empty: one group, "default", which is plain FIFO. Tenferro mode only.
+    std::vector<tenferro::group_options> groups;
 };
 
 /// The backend a `server_mode` needs: inline gets one permit per I/O thread
 /// and no queue bound (its bodies run on the I/O threads at once, nothing
 /// waits), tenferro gets `permits` (one per core by default), `max_waiters`
 /// and, unless `compute_nice` is 0, an `on_worker_start` hook that gives each
-/// compute worker that nice value. Both get a runtime cache large enough to keep the packed copy of a corpus
-/// of `corpus_bytes` (see `search_engine`).
+/// compute worker that nice value, and `groups`. Both get a runtime cache large enough to keep the packed copy of a
+/// corpus of `corpus_bytes` (see `search_engine`).
 tenferro::cpu_backend_options backend_options_for(const server_mode& mode, std::shared_ptr<permit_usage_observer> usage,
                                                   std::size_t corpus_bytes = 0);
 /// The engine a `server_mode` needs (inline computes one query per session).
@@ -81,14 +98,38 @@ engine_options engine_options_for(const server_mode& mode);
 
 enum class search_status {
     ok,
-    shed,    ///< admission refused the entry (`contended`: queue full, or shut down): 503
-    failed,  ///< the computation threw: 500
+    shed,     ///< admission refused the entry (`contended`: queue full, or shut down): 503
+    expired,  ///< not started by its deadline, or predicted not to be: 503 deadline_exceeded
+    failed,   ///< the computation threw: 500
 };
+
+/// Where a query's deadline was found to be missed.
+enum class expiry_stage {
+    arrival,      ///< the predicted wait exceeded the time left (or none was left)
+    queue,        ///< the deadline passed while it waited in its batcher
+    batch_start,  ///< its batch body started after the deadline
+};
+inline constexpr std::array<std::string_view, 3> expiry_stage_names = {"arrival", "queue", "batch_start"};
 
 struct search_outcome {
     search_status status = search_status::ok;
     std::vector<search_hit> hits;  ///< best first
     std::string error;             ///< why, when not ok
+    expiry_stage stage = expiry_stage::arrival;  ///< when expired
+    double predicted_wait_seconds = 0.0;  ///< when expired: the group's predicted wait (then)
+};
+
+/// One group's counters: the host's `group_stats` and the engine's own.
+struct group_snapshot {
+    std::string name;
+    tenferro::group_stats admission{};  ///< (its `name` is only valid as long as the host: use `name`)
+    std::size_t waiting = 0;            ///< items in the group's batcher
+    std::uint64_t requests = 0;         ///< searches submitted to the engine in this group
+    std::uint64_t shed = 0;             ///< refused at once: max_waiting were waiting
+    std::array<std::uint64_t, 3> expired{};  ///< by expiry_stage
+    std::uint64_t batches = 0;          ///< batch bodies that ran
+    double mean_batch_seconds = 0.0;    ///< recent mean batch-body duration (moving average)
+    double predicted_wait_seconds = 0.0;  ///< what a query arriving now would be predicted to wait
 };
 
 /// Counters of the engine, cumulative since construction.
@@ -104,8 +145,9 @@ struct engine_snapshot {
     tenferro::batch_stats batcher;     ///< the batcher's own counters
     std::uint64_t shed = 0;            ///< queries refused at once: max_waiting were waiting
     /// Queries completed with an admission error, by `session_entry_errc`
-    /// (index: the code's value, 1 = reentered ... 6 = cancelled).
-    std::array<std::uint64_t, 7> rejected_by_reason{};
+    /// (index: the code's value, 1 = reentered ... 7 = deadline_exceeded).
+    std::array<std::uint64_t, 8> rejected_by_reason{};
+    std::vector<group_snapshot> groups;  ///< one per group of the host
 };
 
 class search_engine {
@@ -122,10 +164,22 @@ public:
     search_engine(const search_engine&) = delete;
     search_engine& operator=(const search_engine&) = delete;
 
-    /// The `k` corpus rows most similar to `query.unit_vector`, best first.
+    /// The `k` corpus rows most similar to `query.unit_vector`, best first,
+    /// computed in a batch of tenant group `group` (< groups()) unless the
+    /// query's `deadline` (`max()`: none) is missed first (`expired`).
     /// Resumes on the calling coroutine's executor, which must serialise its
-    /// handlers (a strand, or a single-threaded context).
-    asio::awaitable<search_outcome> search(search_query query);
+    /// handlers (a strand, or a single-threaded context): the deadline's timer
+    /// runs there too.
+    asio::awaitable<search_outcome> search(search_query query, std::size_t group = 0,
+                                           clock_type::time_point deadline = clock_type::time_point::max());
+
+    /// The host's groups (at least 1), their names, and the index of `name`
+    /// (exact match), or groups() when there is none of that name.
+    std::size_t groups() const noexcept { return counters_.size(); }
+    const std::string& group_name(std::size_t group) const { return counters_.at(group)->name; }
+    std::size_t group_index(std::string_view name) const noexcept;
+    /// What a query arriving in `group` now would be predicted to wait (tenant_groups.hpp).
+    double predicted_wait_seconds(std::size_t group) const;
 
     std::int64_t rows() const noexcept { return corpus_.shape()[0]; }
     std::int64_t dim() const noexcept { return corpus_.shape()[1]; }
@@ -135,14 +189,32 @@ public:
     engine_snapshot snapshot() const;
 
 private:
-    /// One query in the batcher: the query and when it arrived.
+    /// One query in the batcher: the query, when it arrived, its deadline.
     struct item {
         search_query query;
         clock_type::time_point entered;
+        clock_type::time_point deadline = clock_type::time_point::max();
     };
-    using hits = std::vector<search_hit>;
+    /// An item's answer: its hits, or none because its deadline had passed
+    /// when the batch body started.
+    struct answer {
+        std::vector<search_hit> hits;
+        bool expired = false;
+    };
+    using batcher_type = tenferro::batcher<tenferro::cpu_backend, item, answer>;
 
-    std::vector<hits> compute(tenferro::backend_session& s, std::span<item> batch);
+    /// A group's own counters. (Apart from the batchers, which are destroyed
+    /// first: the bodies still running then use these.)
+    struct group_counters {
+        std::string name;
+        unsigned weight = 1;
+        std::atomic<std::uint64_t> requests{0}, shed{0}, batches{0};
+        std::array<std::atomic<std::uint64_t>, 3> expired{};
+        std::atomic<std::int64_t> mean_batch_ns{0};  // moving average, 1/8 per batch
+    };
+
+    std::vector<answer> compute(tenferro::backend_session& s, std::size_t group, std::span<item> batch);
+    void count_expired(std::size_t group, expiry_stage stage);
 
     tenferro::cpu_backend& cpu_;
     tenferro::tensor corpus_;
@@ -152,9 +224,10 @@ private:
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
     std::atomic<std::uint64_t> sessions_{0}, batched_queries_{0}, shed_{0};
-    std::array<std::atomic<std::uint64_t>, 7> rejected_by_reason_{};
-    // Last: destroyed first, while what its bodies use is still alive.
-    tenferro::batcher<tenferro::cpu_backend, item, hits> batcher_;
+    std::array<std::atomic<std::uint64_t>, 8> rejected_by_reason_{};
+    std::vector<std::unique_ptr<group_counters>> counters_;
+    // Last: destroyed first, while what their bodies use is still alive.
+    std::vector<std::unique_ptr<batcher_type>> batchers_;
 };
 
 }  // namespace embedding_search

@@ -8,6 +8,7 @@
 #include <simdjson.h>
 
 #include "json_writer.hpp"
+#include "tenant_groups.hpp"
 
 namespace embedding_search {
 
@@ -217,6 +218,18 @@ tl::expected<search_query, field_error> parse_search_request(std::string_view bo
             return reject("k", std::to_string(k) + " is out of range [1, " + std::to_string(limits.max_k) + "]");
         }
         q.k = k;
+    }
+
+    simdjson::dom::element timeout_element;
+    if (const auto err = object["timeout_ms"].get(timeout_element); err != simdjson::NO_SUCH_FIELD) {
+        const std::string expected =
+            "expected a whole number of milliseconds from 0 to " + std::to_string(max_timeout_ms);
+        // A fraction, an exponent, a string, a number beyond 64 bits: not an integer.
+        const std::optional<std::int64_t> parsed = err ? std::nullopt : numbers.integer(timeout_element);
+        if (!parsed || *parsed < 0 || *parsed > max_timeout_ms) {
+            return reject("timeout_ms", parsed ? std::to_string(*parsed) + " is out of range: " + expected : expected);
+        }
+        q.timeout_ms = *parsed;
     }
     return q;
 }

@@ -1,6 +1,7 @@
 #pragma once
-// The body of `POST /v1/search`: `{"vector": [D numbers], "k": 10}`, validated
-// field by field so that a 400 response can name what was wrong.
+// The body of `POST /v1/search`: `{"vector": [D numbers], "k": 10,
+// "timeout_ms": 250}` ("k" and "timeout_ms" optional), validated field by field
+// so that a 400 response can name what was wrong.
 
 #include <cstdint>
 #include <string>
@@ -23,6 +24,9 @@ struct field_error {
 struct search_query {
     std::vector<float> unit_vector;
     std::int64_t k = 10;
+    /// Milliseconds from the request's arrival to its deadline, in [0, one
+    /// day] (0: already due, answered deadline_exceeded); -1: none given.
+    std::int64_t timeout_ms = -1;
 };
 
 struct search_limits {

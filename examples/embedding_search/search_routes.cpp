@@ -2,6 +2,7 @@
 
 #include "search_routes.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -27,13 +28,45 @@ void write_histogram(json_writer& w, std::string_view name, const histogram_snap
     w.end_object();
 }
 
+/// 400 for an X-Tenferro-Group naming no group: the body lists the groups.
+std::string unknown_group_body(const search_engine& engine, std::string_view asked) {
+    std::string names;
+    for (std::size_t g = 0; g < engine.groups(); ++g) names += (g ? ", " : "") + engine.group_name(g);
+    // A hostile value is not echoed: only one that could be a group's name.
+    const std::string message =
+        (valid_group_name(asked) ? "unknown group '" + std::string(asked) + "'"
+                                 : std::string("not a group name (1 to ") + std::to_string(max_group_name) +
+                                       " characters of A-Z a-z 0-9 _ - .)") +
+        "; the groups are: " + names;
+    json_writer w;
+    w.begin_object().key("error").begin_object();
+    w.field("field", group_header).field("message", message);
+    w.key("groups").begin_array();
+    for (std::size_t g = 0; g < engine.groups(); ++g) w.value(engine.group_name(g));
+    w.end_array().end_object().end_object();
+    return w.take() + '\n';
+}
+
+/// 503 deadline_exceeded: what was missed, where, and the predicted wait.
+std::string deadline_body(const search_engine& engine, std::size_t group, const search_outcome& out) {
+    json_writer w;
+    w.begin_object().key("error").begin_object();
+    w.field("code", "deadline_exceeded").field("message", "deadline exceeded: " + out.error);
+    w.field("group", engine.group_name(group)).field("stage", expiry_stage_names[std::size_t(out.stage)]);
+    w.field("predicted_wait_ms", out.predicted_wait_seconds * 1e3);
+    w.end_object().end_object();
+    return w.take() + '\n';
+}
+
 }  // namespace
 
 search_routes::search_routes(search_engine& engine, search_limits limits, const search_server& server)
-    : engine_(engine), limits_(std::move(limits)), server_(server) {}
+    : engine_(engine), limits_(std::move(limits)), server_(server) {
+    for (std::size_t g = 0; g < engine_.groups(); ++g) group_latency_.push_back(std::make_unique<latency_histogram>());
+}
 
-asio::awaitable<http_response> search_routes::handle(std::string_view method, std::string_view target,
-                                                     std::string_view body, clock_type::time_point received) {
+asio::awaitable<http_response> search_routes::handle(const http_request& request, clock_type::time_point received) {
+    const std::string_view method = request.method, target = request.target;
     const std::string_view path = target.substr(0, target.find('?'));
     http_response r;
     if (path == "/v1/search") {
@@ -43,8 +76,7 @@ asio::awaitable<http_response> search_routes::handle(std::string_view method, st
             r.body = error_body("method", "use POST for /v1/search");
             co_return r;
         }
-        r = co_await handle_search(body);
-        if (r.status == 200) search_latency_.record(clock_type::now() - received);
+        r = co_await handle_search(request, received);
         co_return r;
     }
     if (path == "/metrics") {
@@ -78,15 +110,41 @@ asio::awaitable<http_response> search_routes::handle(std::string_view method, st
     co_return r;
 }
 
-asio::awaitable<http_response> search_routes::handle_search(std::string_view body) {
+asio::awaitable<http_response> search_routes::handle_search(const http_request& request,
+                                                            clock_type::time_point received) {
     http_response r;
-    auto query = parse_search_request(body, limits_);
+    // The group: no header, the first one; a name matches exactly.
+    std::size_t group = 0;
+    if (request.has_tenant_group) {
+        group = engine_.group_index(request.tenant_group);
+        if (group == engine_.groups()) {
+            r.status = 400;
+            r.body = unknown_group_body(engine_, request.tenant_group);
+            co_return r;
+        }
+    }
+    std::int64_t timeout_ms = -1;  // none
+    if (request.has_timeout_ms) {
+        const auto parsed = parse_timeout_header(request.timeout_ms);
+        if (!parsed) {
+            r.status = 400;
+            r.body = error_body(timeout_header, parsed.error());
+            co_return r;
+        }
+        timeout_ms = *parsed;
+    }
+    auto query = parse_search_request(request.body, limits_);
     if (!query) {
         r.status = 400;
         r.body = render_field_error(query.error()) + '\n';
         co_return r;
     }
-    search_outcome out = co_await engine_.search(std::move(*query));
+    // Both given: the shorter one (a proxy's header may tighten the client's body).
+    if (query->timeout_ms >= 0)
+        timeout_ms = timeout_ms < 0 ? query->timeout_ms : std::min(timeout_ms, query->timeout_ms);
+    const auto deadline =
+        timeout_ms < 0 ? clock_type::time_point::max() : received + std::chrono::milliseconds(timeout_ms);
+    search_outcome out = co_await engine_.search(std::move(*query), group, deadline);
     switch (out.status) {
     case search_status::ok: {
         json_writer w;
@@ -96,8 +154,17 @@ asio::awaitable<http_response> search_routes::handle_search(std::string_view bod
         w.end_array().end_object();
         r.body = w.take();
         r.body += '\n';
+        const auto took = clock_type::now() - received;
+        search_latency_.record(took);
+        group_latency_[group]->record(took);
         break;
     }
+    case search_status::expired:
+        r.status = 503;
+        r.retry_after = true;
+        r.retry_after_seconds = retry_after_for(out.predicted_wait_seconds);
+        r.body = deadline_body(engine_, group, out);
+        break;
     case search_status::shed:
         r.status = 503;
         r.retry_after = true;
@@ -147,7 +214,7 @@ std::string search_routes::stats_json() const {
     w.key("admission").begin_object();
     w.field("permits", a.permits).field("available", a.available).field("waiting", a.waiting);
     w.field("admitted", a.admitted).field("completed", a.completed).field("rejected", a.rejected);
-    w.field("cancelled", a.cancelled);
+    w.field("cancelled", a.cancelled).field("expired", a.expired);
     w.field("busy_permit_seconds", e.busy_permit_seconds);
     w.field("utilisation", s.uptime_seconds > 0 ? e.busy_permit_seconds / (double(a.permits) * s.uptime_seconds) : 0.0);
     write_histogram(w, "wait_ms", e.admission_wait);
@@ -165,6 +232,27 @@ std::string search_routes::stats_json() const {
     w.end_object();
     write_histogram(w, "compute_ms", e.batch_compute);
     w.end_object();
+    // Per tenant group: the host's group_stats, then the server's own figures.
+    w.key("groups").begin_array();
+    for (std::size_t g = 0; g < e.groups.size(); ++g) {
+        const group_snapshot& gs = e.groups[g];
+        const tf::group_stats& ga = gs.admission;
+        w.begin_object().field("name", gs.name).field("weight", ga.weight);
+        w.key("admission").begin_object();
+        w.field("waiting", ga.waiting).field("admitted", ga.admitted).field("completed", ga.completed);
+        w.field("rejected", ga.rejected).field("cancelled", ga.cancelled).field("expired", ga.expired);
+        w.field("busy_permit_seconds", ga.busy_permit_seconds);
+        w.end_object();
+        w.field("requests", gs.requests).field("waiting", gs.waiting).field("shed", gs.shed);
+        w.key("deadline_exceeded").begin_object();
+        for (std::size_t i = 0; i < gs.expired.size(); ++i) w.field(expiry_stage_names[i], gs.expired[i]);
+        w.end_object();
+        w.field("batches", gs.batches).field("mean_batch_ms", gs.mean_batch_seconds * 1e3);
+        w.field("predicted_wait_ms", gs.predicted_wait_seconds * 1e3);
+        if (g < s.group_latency.size()) write_histogram(w, "latency_ms", s.group_latency[g]);
+        w.end_object();
+    }
+    w.end_array();
     const tf::cache_stats cache = cpu.default_cache().stats();
     w.key("runtime_cache").begin_object();
     w.field("entries", cache.entries).field("retained_bytes", cache.retained_bytes);

@@ -1,13 +1,16 @@
 #pragma once
 // What the server answers, request by request: POST /v1/search (through the
-// engine), GET /v1/stats (the body built here), GET /metrics (Prometheus,
-// metrics_page.hpp), GET /healthz, 404 and 405
+// engine, in the tenant group its X-Tenferro-Group header names, by the
+// deadline its timeout gives), GET /v1/stats (the body built here), GET
+// /metrics (Prometheus, metrics_page.hpp), GET /healthz, 404 and 405
 // otherwise. No sockets: the connection (http_connection.hpp) reads the request
 // and writes the `http_response` returned here.
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <asio/awaitable.hpp>
 
@@ -28,8 +31,7 @@ public:
     search_routes(const search_routes&) = delete;
     search_routes& operator=(const search_routes&) = delete;
 
-    asio::awaitable<http_response> handle(std::string_view method, std::string_view target, std::string_view body,
-                                          std::chrono::steady_clock::time_point received);
+    asio::awaitable<http_response> handle(const http_request& request, std::chrono::steady_clock::time_point received);
 
     /// The body of `GET /v1/stats`.
     std::string stats_json() const;
@@ -38,14 +40,19 @@ public:
     histogram_snapshot search_latency() const { return search_latency_.snapshot(); }
     /// Same for /healthz.
     histogram_snapshot healthz_latency() const { return healthz_latency_.snapshot(); }
+    std::size_t groups() const noexcept { return group_latency_.size(); }
+    /// Same as search_latency, for one tenant group.
+    histogram_snapshot group_latency(std::size_t group) const { return group_latency_.at(group)->snapshot(); }
 
 private:
-    asio::awaitable<http_response> handle_search(std::string_view body);
+    asio::awaitable<http_response> handle_search(const http_request& request,
+                                                 std::chrono::steady_clock::time_point received);
 
     search_engine& engine_;
     search_limits limits_;
     const search_server& server_;
     latency_histogram search_latency_, healthz_latency_;
+    std::vector<std::unique_ptr<latency_histogram>> group_latency_;  // by group
 };
 
 }  // namespace embedding_search

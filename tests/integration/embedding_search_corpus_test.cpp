@@ -1,7 +1,7 @@
 // The embedding-search corpus and the tenferro-search binary: corpora saved
 // and loaded as .npy, normalised or refused on load naming the file, row and
 // column; the binary serving, draining on SIGTERM and refusing bad flags
-// (TENFERRO_SEARCH_BINARY names it).
+// (TENFERRO_SEARCH_BINARY names it), and its `demo --tenants` at a tiny size.
 #include "http_server.hpp"
 
 #include <signal.h>
@@ -293,6 +293,10 @@ TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what
         {{"--request-timeout", "nan"}, "'nan' is not a number of seconds from 0.001 to 86400"},
         {{"--idle-timeout", "-1"}, "'-1' is not a number of seconds"},
         {{"--drain-timeout", "1e300"}, "'1e300' is not a number of seconds"},
+        {{"--group", "bulk:0"}, "--group: 'bulk:0': the weight must be a whole number from 1 to 10000"},
+        {{"--group", "bulk"}, "--group: 'bulk' is not NAME:WEIGHT (no colon)"},
+        {{"--group", "b@d:1"}, "the group name must be 1 to 64 characters"},
+        {{"--group", "bulk:1", "--group", "bulk:2"}, "--group: the group 'bulk' is given twice"},
     };
     for (const flag_case& c : cases) {
         std::vector<std::string> args = base;
@@ -319,4 +323,46 @@ TEST_CASE("the tenferro-search binary refuses bad flags at start-up, saying what
         CHECK(r.exit_code > 0);
         CHECK_THAT(r.err, Catch::Contains("--generate: Value 0 not in range 1 to"));
     }
+}
+
+TEST_CASE("demo --tenants runs FIFO and groups side by side and writes its report", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    temp_dir dir;
+    const process_result r = run_search_binary(
+        binary,
+        {"demo", "--tenants", "--rows", "2000", "--dim", "16", "--duration", "0.5", "--bulk-connections", "6",
+         "--interactive-connections", "2", "--no-progress", "--data-dir", dir.path.string()},
+        60s);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    std::FILE* f = std::fopen((dir.path / "embedding_search_tenants.json").c_str(), "rb");
+    REQUIRE(f != nullptr);
+    std::string json;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+    std::fclose(f);
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    REQUIRE_FALSE(parser.parse(json).get(doc));
+    simdjson::dom::array variants;
+    REQUIRE_FALSE(doc["variants"].get_array().get(variants));
+    REQUIRE(variants.size() == 2);
+    for (const simdjson::dom::element v : variants) {
+        simdjson::dom::array tenants;
+        REQUIRE_FALSE(v["tenants"].get_array().get(tenants));
+        REQUIRE(tenants.size() == 2);
+        CHECK(tenants.at(0).value()["name"].get_string().value() == "bulk");
+        CHECK(tenants.at(1).value()["name"].get_string().value() == "interactive");
+        for (const simdjson::dom::element t : tenants) {
+            CHECK(t["requests"].get_uint64().value() > 0);
+            CHECK(t["errors"].get_uint64().value() == 0);
+        }
+    }
+    CHECK(variants.at(0).value()["variant"].get_string().value() == "fifo");
+    CHECK(variants.at(1).value()["groups"].get_array().value().size() == 2);
+    CHECK(std::filesystem::exists(dir.path / "embedding_search_tenants.svg"));
 }
