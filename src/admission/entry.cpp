@@ -226,6 +226,14 @@ void entry_base::reject_counted(session_entry_errc code, std::string_view detail
     reject(code, detail);
 }
 
+bool entry_base::rejected_for_group(const permit_queue& queue) noexcept {
+    if (group_ < queue.groups()) return false;
+    reject_counted(session_entry_errc::incompatible_context,
+                   compose_detail({"session_options::group is ", group_, " and the host has ", queue.groups(),
+                                   queue.groups() == 1 ? " group" : " groups"}));
+    return true;
+}
+
 void entry_base::start(session_context* ctx) noexcept {
     const initiation_scope initiating(this);
     permit_queue& queue = core_->queue();
@@ -248,10 +256,7 @@ void entry_base::start(session_context* ctx) noexcept {
             return reject_counted(session_entry_errc::incompatible_context,
                                   compose_detail({"the execution scope holds 1 permit and the session asks for ",
                                                   permits_, permits_word(permits_)}));
-        if (group_ >= queue.groups())
-            return reject_counted(session_entry_errc::incompatible_context,
-                                  compose_detail({"session_options::group is ", group_, " and the host has ",
-                                                  queue.groups(), queue.groups() == 1 ? " group" : " groups"}));
+        if (rejected_for_group(queue)) return;
         if (bytes_ != 0)
             return reject_counted(session_entry_errc::incompatible_context,
                                   compose_detail({"a session inside an execution scope declares no bytes of its "
@@ -276,10 +281,7 @@ void entry_base::start(session_context* ctx) noexcept {
         return reject_counted(session_entry_errc::incompatible_context,
                               compose_detail({"the entry asks for ", permits_, permits_word(permits_),
                                               " and the host has ", queue.permits(), permits_word(queue.permits())}));
-    if (group_ >= queue.groups())
-        return reject_counted(session_entry_errc::incompatible_context,
-                              compose_detail({"session_options::group is ", group_, " and the host has ",
-                                              queue.groups(), queue.groups() == 1 ? " group" : " groups"}));
+    if (rejected_for_group(queue)) return;
     if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
     const auto deadline = when_;
     const bool has_deadline = deadline != std::chrono::steady_clock::time_point::max();

@@ -175,6 +175,9 @@ protected:
     /// The failure of an entry that could not be built for want of memory.
     static session_entry_error out_of_memory_error() noexcept;
     void reject_counted(session_entry_errc code, std::string_view detail) noexcept;
+    /// P1: rejects (counted, `incompatible_context`) an entry whose group the
+    /// host does not have; false when the group is in range.
+    bool rejected_for_group(const permit_queue& queue) noexcept;
 
     /// Records an admission failure, decided now (built here: two words, so
     /// that completing needs no host).
