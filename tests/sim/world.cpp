@@ -339,7 +339,7 @@ void world::start() {
     options.compute_executor = ctx.executor(compute);
     // Deadlines, early rejection and permit-time on the simulated clock,
     // their wake-ups as timers of the simulation (host_options::timer).
-    host_timer = std::make_shared<host_deadline_timer>(ctx, ctx.add_executor("deadline-timer", true));
+    host_timer = std::make_shared<sim_timer>(ctx, ctx.add_executor("deadline-timer", true));
     options.timer = host_timer;
     for (std::size_t g = 0; g < sc.weights.size(); ++g)
         options.groups.push_back({"g" + std::to_string(g), sc.weights[g]});

@@ -63,32 +63,19 @@ struct sim_backend {
 /// `inspectable`: the world reads the permit counters after every step.
 using host_type = test::inspectable<session_host<sim_backend>>;
 
-/// The batcher's delay timer on the simulated clock (batch_options::timer):
+/// A timer on the simulated clock (admission_timer), for the batcher's delay
+/// (batch_options::timer) and the host's deadlines (host_options::timer):
 /// each wake-up is a timer of the simulation, fired when the scheduler
-/// chooses to move time on. Replaced wake-ups still fire (the batcher must
-/// find nothing due then).
-struct sim_timer final : batch_timer {
-    sim_context* ctx;
-    int exec;
-    sim_timer(sim_context& c, int e) : ctx(&c), exec(e) {}
-    std::chrono::steady_clock::time_point now() override {
-        return std::chrono::steady_clock::time_point(std::chrono::microseconds(ctx->now()));
-    }
-    void wake_at(std::chrono::steady_clock::time_point when, std::function<void()> fire) override {
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(when.time_since_epoch()).count();
-        ctx->post_at(exec, us < 0 ? 0 : static_cast<std::uint64_t>(us), std::move(fire));
-    }
-};
-
-/// The host's timer (host_options::timer): sim_timer's clock, with a record
-/// of the wake-ups asked and not yet run, and of the step a wake-up ran in,
-/// so that the world can check P4's timeliness in virtual time.
-struct host_deadline_timer final : admission_timer {
+/// chooses to move time on; replaced wake-ups still fire (what asked for them
+/// must find nothing due then). It records the wake-ups asked and not yet
+/// run, and whether one ran in this step, so that the world can check P4's
+/// timeliness in virtual time.
+struct sim_timer final : admission_timer {
     sim_context* ctx;
     int exec;
     std::multiset<std::uint64_t> pending;  // virtual microseconds
     bool fired = false;                     // a wake-up ran in this step
-    host_deadline_timer(sim_context& c, int e) : ctx(&c), exec(e) {}
+    sim_timer(sim_context& c, int e) : ctx(&c), exec(e) {}
     std::chrono::steady_clock::time_point now() override {
         return std::chrono::steady_clock::time_point(std::chrono::microseconds(ctx->now()));
     }
@@ -199,7 +186,7 @@ struct world {
     // the entries that completed with deadline_exceeded.
     std::vector<std::uint64_t> applied_group_admitted;
     std::vector<int> init_grants_in;  // per group, this step
-    std::shared_ptr<host_deadline_timer> host_timer;
+    std::shared_ptr<sim_timer> host_timer;
     std::uint64_t deadline_completions = 0;
 
     world(const scenario& s, chooser& c, bool v)
