@@ -3,9 +3,9 @@
 // docs/boost-asio.md); with Boost.Asio, `::asio` is an alias of `boost::asio`, so
 // that the tests' `asio::...` reads the same in both. Asio's error code is
 // `tenferro::asio_error_code` (`asio::error_code` exists only in standalone Asio).
-// `tenferro::test::as_tuple` and `deferred` name the tokens that standalone Asio
-// 1.22 has in `asio::experimental` and Boost 1.81 in `boost::asio` (its
-// `experimental` aliases are deprecated, gone under BOOST_ASIO_NO_DEPRECATED).
+// `tenferro::test::as_tuple` and `deferred` name the tokens that Asio before
+// 1.24 has in `asio::experimental` and later ones (Boost 1.80 on) in `asio`
+// (the `experimental` aliases are deprecated, gone under ASIO_NO_DEPRECATED).
 
 #include "tenferro/asio.hpp"
 
@@ -39,9 +39,14 @@ using ::boost::asio::deferred;
 #include <asio/cancellation_signal.hpp>
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
+#if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/deferred.hpp>
+#else
+#include <asio/as_tuple.hpp>
+#include <asio/deferred.hpp>
+#endif
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -49,8 +54,13 @@ using ::boost::asio::deferred;
 #include <asio/use_future.hpp>
 
 namespace tenferro::test {
+#if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
 using ::asio::experimental::as_tuple;
 using ::asio::experimental::deferred;
+#else
+using ::asio::as_tuple;
+using ::asio::deferred;
+#endif
 }  // namespace tenferro::test
 
 #endif

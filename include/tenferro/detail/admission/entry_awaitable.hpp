@@ -68,14 +68,14 @@ struct noexcept_initiation<asio::use_awaitable_t<Executor>> : std::true_type {
     // adapter wraps that handler in one of its own (a word or two).
     static constexpr std::size_t wrapper_bytes = 0;
 };
-#if TENFERRO_ASIO_BOOST
+#if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
 template <class Token>
-struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {
+struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {
     static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
 };
 #else
 template <class Token>
-struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {
+struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {
     static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
 };
 #endif
