@@ -28,6 +28,7 @@
 ///  - `TENFERRO_ASIO_TOKENS_EXPERIMENTAL`: 1 before Asio 1.24, where `as_tuple`
 ///    and `deferred` live in `asio::experimental` (from 1.24 in `asio`; the
 ///    experimental aliases are deprecated, and gone from 1.33);
+///  - `TENFERRO_ASIO_HAS_CONSIGN`: 1 from Asio 1.26 (`consign`);
 ///  - `TENFERRO_ASIO_HAS_CANCEL_AFTER`: 1 from Asio 1.31 (`cancel_after`,
 ///    `cancel_at`).
 ///  - `TENFERRO_ASIO_MEMBER_EXECUTE`: 1 from Asio 1.26, where every standard
@@ -57,6 +58,7 @@
 #error "tenferro needs Asio 1.22 or later (Boost 1.80 or later)"
 #endif
 #define TENFERRO_ASIO_TOKENS_EXPERIMENTAL (TENFERRO_ASIO_VERSION < 102400)
+#define TENFERRO_ASIO_HAS_CONSIGN (TENFERRO_ASIO_VERSION >= 102600)
 #define TENFERRO_ASIO_HAS_CANCEL_AFTER (TENFERRO_ASIO_VERSION >= 103100)
 #define TENFERRO_ASIO_MEMBER_EXECUTE (TENFERRO_ASIO_VERSION >= 102600)
 
@@ -262,21 +264,20 @@ namespace tenferro::detail::asio_build_check {
 // in both must lay them out alike (an ODR violation otherwise, found, if ever,
 // at run time). The remedy is to build tenferro against the program's Asio
 // (docs/asio-versions.md).
-#define TENFERRO_DETAIL_ASIO_BUILD_CHECK(name, built, here)                                                      \
-    template <long LibraryBuiltWith, long ProgramCompilesWith>                                                   \
-    struct name {                                                                                                \
-        static_assert(LibraryBuiltWith == ProgramCompilesWith,                                                   \
+#define TENFERRO_DETAIL_ASIO_BUILD_CHECK(name, built, here)                                                    \
+    template <long LibraryBuiltWith, long ProgramCompilesWith>                                                 \
+    struct name {                                                                                              \
+        static_assert(LibraryBuiltWith == ProgramCompilesWith,                                                 \
                       "tenferro was built against another Asio, or with other Asio macros, than this program " \
-                      "compiles with: " #name "<library, program> names both (docs/asio-versions.md)");         \
-        static constexpr bool checked = true;                                                                    \
-    };                                                                                                           \
+                      "compiles with: " #name "<library, program> names both (docs/asio-versions.md)");        \
+        static constexpr bool checked = true;                                                                  \
+    };                                                                                                         \
     static_assert(name<(built), (here)>::checked);
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_version, TENFERRO_BUILT_ASIO_VERSION, TENFERRO_ASIO_VERSION)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_no_typeid, TENFERRO_BUILT_ASIO_NO_TYPEID, TENFERRO_DETAIL_ASIO_NO_TYPEID)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_enable_handler_tracking, TENFERRO_BUILT_ASIO_ENABLE_HANDLER_TRACKING,
                                  TENFERRO_DETAIL_ASIO_ENABLE_HANDLER_TRACKING)
-TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_small_block_recycling,
-                                 TENFERRO_BUILT_ASIO_DISABLE_SMALL_BLOCK_RECYCLING,
+TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_small_block_recycling, TENFERRO_BUILT_ASIO_DISABLE_SMALL_BLOCK_RECYCLING,
                                  TENFERRO_DETAIL_ASIO_DISABLE_SMALL_BLOCK_RECYCLING)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_threads, TENFERRO_BUILT_ASIO_DISABLE_THREADS,
                                  TENFERRO_DETAIL_ASIO_DISABLE_THREADS)

@@ -217,10 +217,18 @@ void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, Make
     start_npy_operation(slot, std::move(op));
 }
 
+/// The initiations expose the I/O executor the caller named, as Asio's I/O
+/// objects do: the default for a handler with no executor of its own, and
+/// where Asio's adapters (cancel_after's timer) put theirs.
+template <class IoExecutor>
 struct initiate_read_npy {
-    template <class Handler, class IoExecutor>
-    void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
-                    const npy_read_options& options) const {
+    IoExecutor io_executor;
+
+    using executor_type = IoExecutor;
+    executor_type get_executor() const noexcept { return io_executor; }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::filesystem::path path, const npy_read_options& options) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, tensor>;
         launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_read_receiver& receiver) {
             return make_read_npy_op(std::move(path), options, receiver);
@@ -228,10 +236,15 @@ struct initiate_read_npy {
     }
 };
 
+template <class IoExecutor>
 struct initiate_write_npy {
-    template <class Handler, class IoExecutor>
-    void operator()(Handler&& handler, const IoExecutor& io_executor, std::filesystem::path path,
-                    const_tensor_view view) const {
+    IoExecutor io_executor;
+
+    using executor_type = IoExecutor;
+    executor_type get_executor() const noexcept { return io_executor; }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::filesystem::path path, const_tensor_view view) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver>;
         launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_write_receiver& receiver) {
             return make_write_npy_op(std::move(path), view, receiver);
@@ -261,7 +274,7 @@ asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_exec
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
     tensor result = co_await asio::async_initiate<decltype(token), void(asio_error_code, tensor)>(
-        initiate_read_npy{}, token, io_executor, path, options);
+        initiate_read_npy<IoExecutor>{io_executor}, token, path, options);
     if (ec) throw asio_system_error(ec, npy_error_context("async_read_npy", path));
     co_return result;
 }
@@ -271,8 +284,8 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
                                                              const_tensor_view view) {
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(initiate_write_npy{}, token, io_executor,
-                                                                          path, view);
+    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(initiate_write_npy<IoExecutor>{io_executor},
+                                                                          token, path, view);
     if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
 }
 
@@ -299,8 +312,8 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, const 
         using awaitable_executor = typename token_traits::executor_type;
         return detail::read_npy_awaitable<awaitable_executor>(executor, std::move(path), options);
     } else {
-        return asio::async_initiate<CompletionToken, void(asio_error_code, tensor)>(detail::initiate_read_npy{}, token,
-                                                                                    executor, std::move(path), options);
+        return asio::async_initiate<CompletionToken, void(asio_error_code, tensor)>(
+            detail::initiate_read_npy<Executor>{executor}, token, std::move(path), options);
     }
 }
 
@@ -334,8 +347,8 @@ auto async_write_npy(const Executor& executor, std::filesystem::path path, const
         using awaitable_executor = typename token_traits::executor_type;
         return detail::write_npy_awaitable<awaitable_executor>(executor, std::move(path), view);
     } else {
-        return asio::async_initiate<CompletionToken, void(asio_error_code)>(detail::initiate_write_npy{}, token,
-                                                                            executor, std::move(path), view);
+        return asio::async_initiate<CompletionToken, void(asio_error_code)>(
+            detail::initiate_write_npy<Executor>{executor}, token, std::move(path), view);
     }
 }
 

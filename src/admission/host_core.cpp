@@ -7,6 +7,7 @@
 
 #include "tenferro/detail/admission/entry_op.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/library_context.hpp"
 
 namespace tenferro::detail {
 
@@ -35,6 +36,9 @@ host_core::host_core(std::string name, std::size_t permits, std::size_t max_wait
     // (S19): started here, where throwing is allowed, so that no entry ever
     // needs to start it while memory is short.
     prepare_handoff_retry();
+    // The library's completion context, which every entry exposes as its
+    // executor (library_context.hpp): started here for the same reason.
+    start_library_context();
     load_libc_unwinder();
 }
 

@@ -19,6 +19,14 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#if TENFERRO_ASIO_HAS_CONSIGN
+#include <boost/asio/consign.hpp>
+#endif
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+#include <boost/asio/cancel_after.hpp>
+#include <boost/asio/cancel_at.hpp>
+#endif
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -40,6 +48,14 @@ using ::boost::asio::deferred;
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/experimental/parallel_group.hpp>
+#if TENFERRO_ASIO_HAS_CONSIGN
+#include <asio/consign.hpp>
+#endif
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+#include <asio/cancel_after.hpp>
+#include <asio/cancel_at.hpp>
+#endif
 #if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/deferred.hpp>

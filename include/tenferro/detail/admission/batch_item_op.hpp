@@ -19,6 +19,7 @@
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/library_context.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_work.hpp"
 #include "tenferro/session_entry_error.hpp"
@@ -28,7 +29,7 @@ namespace tenferro::detail {
 /// The typed half of an item: the handler and its tracked work.
 template <class Handler, class In, class Out>
 class batch_item_op final : public batch_item<In, Out>, public retry_node {
-    using handler_executor = asio::associated_executor_t<Handler>;
+    using handler_executor = handler_executor_t<Handler>;
     friend struct completion_handoff<batch_item_op>;
     friend struct completion_poster;
 
@@ -45,13 +46,13 @@ public:
         detail::connect_cancellation<&batch_item_op::cancel>(asio::get_associated_cancellation_slot(handler_), this);
     }
 
-    handler_executor handler_ex() const noexcept { return asio::get_associated_executor(handler_); }
+    handler_executor handler_ex() const noexcept { return handler_executor_of(handler_); }
 
     asio::any_io_executor executor() const override {
         if constexpr (std::is_constructible_v<asio::any_io_executor, const handler_executor&>)
             return unwrap_executor(asio::any_io_executor(work_.untracked()));
         else
-            return asio::any_io_executor(asio::system_executor());
+            return asio::any_io_executor(library_executor());
     }
 
     void fail(std::exception_ptr e, session_entry_error error) noexcept override {
@@ -93,6 +94,12 @@ private:
 template <class In, class Out>
 struct initiate_submit {
     std::shared_ptr<batcher_core> core;
+
+    /// The executor the operation exposes, as Asio's operations do: where a
+    /// handler with no executor of its own completes, and where Asio's
+    /// adapters (cancel_after's timer) put theirs (library_context.hpp).
+    using executor_type = library_executor_type;
+    executor_type get_executor() const noexcept { return library_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, In item) const {

@@ -68,7 +68,7 @@ class entry_op final : public entry_base {
     using R = typename traits::value_type;
     using result_type = session_result<R>;
     using here = inline_session<F, Opener>;
-    using handler_executor = asio::associated_executor_t<Handler>;
+    using handler_executor = handler_executor_t<Handler>;
 
 public:
     static_assert(Kind == entry_kind::session || traits::is_async,
@@ -87,9 +87,11 @@ public:
     template <class H, class G>
     static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener) {
         if constexpr (is_system_executor<handler_executor>::value) {
-            // The completion will be posted to Asio's system context, which
-            // Asio creates at its first use: make sure that is now, where an
-            // allocation failure may still throw, and not on a compute worker.
+            // A handler bound to Asio's system executor by its caller: its
+            // context, which Asio creates at its first use, is made now,
+            // where an allocation failure may still throw, and not on a
+            // compute worker. (A handler with no executor completes in the
+            // library's own context, library_context.hpp, never this one.)
             ensure_system_context();
         }
         auto alloc = op_allocator_for<entry_op>(handler);
@@ -109,7 +111,7 @@ public:
         // The context of the initiating side: a synchronous body running on
         // this thread, or the coroutine-local context of the handler's executor.
         session_context* ctx = current_sync_context();
-        if (ctx == nullptr) ctx = context_of(asio::get_associated_executor(op->handler_));
+        if (ctx == nullptr) ctx = context_of(handler_executor_of(op->handler_));
         op->start(ctx);
     }
 
@@ -163,7 +165,7 @@ public:
                                const session_options& options, const Opener& opener) {
         host_core& core = *core_ptr;
         // `ex` outlives `io`, which may point into it (any_io_executor::target).
-        const handler_executor ex = asio::get_associated_executor(handler);
+        const handler_executor ex = handler_executor_of(handler);
         const asio::io_context::executor_type* io = here::eligible(ex, core, options, opener);
         if (io == nullptr) return false;
 
@@ -300,8 +302,9 @@ private:
         } else {
             // Executors that cannot be type-erased as an I/O executor (such as
             // use_future's, which runs everything inline) have no thread of
-            // their own for a coroutine body: run it on the system executor.
-            return asio::any_io_executor(asio::system_executor());
+            // their own for a coroutine body: run it in the library's
+            // completion context (library_context.hpp).
+            return asio::any_io_executor(library_executor());
         }
     }
 
@@ -487,6 +490,13 @@ struct initiate_entry {
     std::shared_ptr<host_core> core;
     packed_options packed;
     Opener opener;
+
+    /// The executor the entry exposes, as Asio's operations do: where a
+    /// handler with no executor of its own completes, and where Asio's
+    /// adapters put theirs (cancel_after's timer): the library's completion
+    /// context, which the host's constructor started (library_context.hpp).
+    using executor_type = library_executor_type;
+    executor_type get_executor() const noexcept { return library_executor(); }
 
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {

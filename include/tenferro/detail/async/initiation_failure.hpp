@@ -17,6 +17,7 @@
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/library_context.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 
 namespace tenferro::detail {
@@ -41,12 +42,12 @@ public:
 private:
     friend struct completion_handoff<initiation_failure>;
     friend struct completion_poster;
-    using executor_type = asio::associated_executor_t<Handler>;
+    using executor_type = handler_executor_t<Handler>;
 
     template <class H>
     initiation_failure(H&& handler, std::exception_ptr exception, Results&&... results) noexcept
         : handler_(std::forward<H>(handler)),
-          executor_(asio::get_associated_executor(handler_)),
+          executor_(handler_executor_of(handler_)),
           exception_(std::move(exception)),
           results_(std::move(results)...) {}
 

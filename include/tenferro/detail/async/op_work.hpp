@@ -25,6 +25,7 @@
 
 #include "tenferro/detail/async/executor_target.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
+#include "tenferro/detail/async/library_context.hpp"
 
 namespace tenferro::detail {
 
@@ -71,8 +72,10 @@ void hand_off_untracked(const Executor& ex, handoff_gate& gate, Function&& fn, b
 }
 
 /// The tracked executor of an operation for `Handler`: the handler's
-/// associated executor (`Fallback` when it names none).
-template <class Handler, class Fallback = asio::system_executor>
+/// associated executor (`Fallback` when it names none: the library's
+/// completion context, library_context.hpp, unless the operation has an I/O
+/// executor of its own).
+template <class Handler, class Fallback = library_executor_type>
 class op_work {
 public:
     using executor_type = asio::associated_executor_t<Handler, Fallback>;
@@ -81,7 +84,10 @@ public:
 
     /// Tracks work on `handler`'s executor. Throws what preferring tracked
     /// work throws (a type-erased executor may copy itself to the heap).
-    explicit op_work(const Handler& handler, const Fallback& fallback = Fallback())
+    explicit op_work(const Handler& handler)
+        requires std::is_same_v<Fallback, library_executor_type>
+        : op_work(handler, library_executor()) {}
+    op_work(const Handler& handler, const Fallback& fallback)
         : tracked_(asio::prefer(asio::get_associated_executor(handler, fallback),
                                 asio::execution::outstanding_work.tracked)) {}
     op_work(const op_work&) = delete;
