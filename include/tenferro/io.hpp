@@ -8,8 +8,9 @@
 /// asio::awaitable<void> reload(asio::any_io_executor ex) {
 ///     tensor w = co_await tenferro::async_read_npy(ex, "weights.npy");      // throws std::system_error
 ///     co_await tenferro::async_write_npy(ex, "weights.bak.npy", w);         // atomic replace
+///     // (as_tuple is asio::experimental::as_tuple before Asio 1.24)
 ///     auto [ec, t] = co_await tenferro::async_read_npy(ex, "maybe.npy",
-///     asio::experimental::as_tuple(asio::use_awaitable));
+///                                                      asio::as_tuple(asio::use_awaitable));
 /// }
 /// ```
 ///
