@@ -15,6 +15,20 @@
 #                     (tests/consumers/meson_subproject/)
 #   relocated         the installed programs run from the install prefix with
 #                     no LD_LIBRARY_PATH, and load the library from there
+#   asio_mismatch     main.cpp compiled through the .pc (as pkgconfig does) but
+#                     with another Asio's include folder first must fail with
+#                     include/tenferro/asio.hpp's static_assert, naming both
+#                     versions (asio_version<LIBRARY, PROGRAM>); the other Asio
+#                     is the system's when its version differs from the
+#                     build's, else one of the bundled archives
+#                     (subprojects/packagefiles/). Standalone Asio only
+#   asio_no_deprecated  the installed library exports nothing of the Asio
+#                     types whose layout ASIO_NO_DEPRECATED changes
+#                     (io_context::service, which has two more virtual
+#                     functions without it before Asio 1.31, and the services
+#                     derived from it): what makes the macro optional for
+#                     consumers (docs/asio-versions.md, "Building against your
+#                     Asio")
 #
 # Each consumer builds tests/consumers/main.cpp (one session, its value
 # checked) in a scratch copy and runs it. For a build of the Boost.Asio flavour
@@ -44,7 +58,8 @@
 # as the other kinds do.
 #
 # Exits 77 (meson: skipped) when the tool a kind needs (cmake, pkg-config) is
-# not installed.
+# not installed, or the kind does not apply to the build (asio_mismatch on the
+# Boost flavour).
 set -euo pipefail
 
 if (($# != 3)); then
@@ -224,6 +239,92 @@ case $kind in
             echo "consumers: no installed program to run; skipped"
             exit 77
         fi
+        ;;
+    asio_mismatch)
+        need pkg-config pkg-config
+        need_relocatable_pc
+        if [[ $asio == boost ]]; then
+            echo "consumers: asio_mismatch is for standalone Asio; test skipped"
+            exit 77
+        fi
+        install_tree
+        copy_project pkgconfig
+        export PKG_CONFIG_PATH=$libdir/pkgconfig
+        read -r -a cflags <<<"$(pkg-config --cflags $package)"
+        compile=("${CXX:-c++}" -std=c++20 -fsyntax-only)
+        built=$(sed -n -E 's/^#define TENFERRO_BUILT_ASIO_VERSION ([0-9]+)$/\1/p' \
+            "$(pkg-config --variable=includedir $package)/tenferro/asio_build.hpp")
+        echo "==> the library was built with ASIO_VERSION $built"
+        # ASIO_VERSION as seen with the include folders $@.
+        asio_version_with() {
+            printf '#include <asio/version.hpp>\nASIO_VERSION\n' |
+                "${compile[@]:0:2}" -x c++ -E -P "$@" - 2>/dev/null | tail -n 1
+        }
+        # The other Asio, in a folder of its own (a system folder given with -I
+        # would keep its place after the others, GCC's rule).
+        other=
+        mkdir -p "$tmp/other"
+        system_header=$(printf '#include <asio/version.hpp>\n' |
+            "${compile[@]}" -x c++ -H - 2>&1 >/dev/null |
+            sed -n -E 's|^\.+ (.*/asio/version\.hpp)$|\1|p' | head -n 1)
+        if [[ -n $system_header ]]; then
+            system_include=$(dirname "$(dirname "$system_header")")
+            if [[ $(asio_version_with) != "$built" ]]; then
+                mkdir -p "$tmp/other/system"
+                ln -s "$system_include/asio" "$system_include/asio.hpp" "$tmp/other/system/"
+                other=$tmp/other/system
+                echo "==> the other Asio: the system's, in $system_include"
+            fi
+        fi
+        if [[ -z $other ]]; then
+            for archive in "$source"/subprojects/packagefiles/asio-*.tar.gz; do
+                tar -xzf "$archive" -C "$tmp/other"
+                candidate=$tmp/other/$(basename "$archive" .tar.gz)/include
+                if [[ $(asio_version_with -I"$candidate") != "$built" ]]; then
+                    other=$candidate
+                    echo "==> the other Asio: $(basename "$archive") (no system Asio of another version)"
+                    break
+                fi
+            done
+        fi
+        if [[ -z $other ]]; then
+            echo "consumers: no Asio of a version other than $built found"
+            exit 1
+        fi
+        program=$(asio_version_with -I"$other")
+        echo "==> control: main.cpp against the package's own Asio"
+        (cd "$tmp/src" && "${compile[@]}" "${cflags[@]}" main.cpp)
+        echo "==> main.cpp with ASIO_VERSION $program first: must fail"
+        if out=$(cd "$tmp/src" && "${compile[@]}" -I"$other" "${cflags[@]}" main.cpp 2>&1); then
+            echo "consumers: main.cpp compiled against Asio $program with a library built with $built"
+            exit 1
+        fi
+        want="asio_version<$built, $program>"
+        if ! grep -q -F -- "$want" <<<"$out" ||
+            ! grep -q -F -- "tenferro was built against another Asio" <<<"$out"; then
+            echo "consumers: the compiler failed, but without the static_assert naming $want:"
+            echo "$out"
+            exit 1
+        fi
+        grep -F -e "$want" -e "static assertion failed" -e "static_assert failed" <<<"$out" | head -n 4
+        ;;
+    asio_no_deprecated)
+        need nm binutils
+        install_tree
+        library=$(find "$libdir" -maxdepth 1 -name "lib$package.so.*.*.*" | head -n 1)
+        if [[ -z $library ]]; then
+            echo "consumers: lib$package.so.X.Y.Z not installed in $libdir"
+            exit 1
+        fi
+        echo "==> nm -DC $library"
+        found=$(nm -DC "$library" |
+            grep -E 'asio::io_context::service\b|asio::detail::service_base<|asio::detail::strand_service\b' || true)
+        if [[ -n $found ]]; then
+            echo "consumers: the library uses Asio types whose layout ASIO_NO_DEPRECATED changes:"
+            echo "$found" | head -n 20
+            exit 1
+        fi
+        echo "    no io_context::service, service_base<> or strand_service"
         ;;
     *)
         echo "consumers: unknown kind '$kind'" >&2
