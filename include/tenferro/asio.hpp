@@ -262,21 +262,20 @@ namespace tenferro::detail::asio_build_check {
 // in both must lay them out alike (an ODR violation otherwise, found, if ever,
 // at run time). The remedy is to build tenferro against the program's Asio
 // (docs/asio-versions.md).
-#define TENFERRO_DETAIL_ASIO_BUILD_CHECK(name, built, here)                                                      \
-    template <long LibraryBuiltWith, long ProgramCompilesWith>                                                   \
-    struct name {                                                                                                \
-        static_assert(LibraryBuiltWith == ProgramCompilesWith,                                                   \
+#define TENFERRO_DETAIL_ASIO_BUILD_CHECK(name, built, here)                                                    \
+    template <long LibraryBuiltWith, long ProgramCompilesWith>                                                 \
+    struct name {                                                                                              \
+        static_assert(LibraryBuiltWith == ProgramCompilesWith,                                                 \
                       "tenferro was built against another Asio, or with other Asio macros, than this program " \
-                      "compiles with: " #name "<library, program> names both (docs/asio-versions.md)");         \
-        static constexpr bool checked = true;                                                                    \
-    };                                                                                                           \
+                      "compiles with: " #name "<library, program> names both (docs/asio-versions.md)");        \
+        static constexpr bool checked = true;                                                                  \
+    };                                                                                                         \
     static_assert(name<(built), (here)>::checked);
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_version, TENFERRO_BUILT_ASIO_VERSION, TENFERRO_ASIO_VERSION)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_no_typeid, TENFERRO_BUILT_ASIO_NO_TYPEID, TENFERRO_DETAIL_ASIO_NO_TYPEID)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_enable_handler_tracking, TENFERRO_BUILT_ASIO_ENABLE_HANDLER_TRACKING,
                                  TENFERRO_DETAIL_ASIO_ENABLE_HANDLER_TRACKING)
-TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_small_block_recycling,
-                                 TENFERRO_BUILT_ASIO_DISABLE_SMALL_BLOCK_RECYCLING,
+TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_small_block_recycling, TENFERRO_BUILT_ASIO_DISABLE_SMALL_BLOCK_RECYCLING,
                                  TENFERRO_DETAIL_ASIO_DISABLE_SMALL_BLOCK_RECYCLING)
 TENFERRO_DETAIL_ASIO_BUILD_CHECK(asio_disable_threads, TENFERRO_BUILT_ASIO_DISABLE_THREADS,
                                  TENFERRO_DETAIL_ASIO_DISABLE_THREADS)
