@@ -92,8 +92,13 @@
 #include <boost/asio/require.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
-// For BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below).
+// For BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below):
+// its default is defined there, in a header of asio/detail (a pinned use,
+// docs/asio-detail-pins.md).
 #include <boost/asio/detail/thread_info_base.hpp>
+#if !defined(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
+#error "tenferro: BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE is no longer defined there (docs/asio-detail-pins.md)"
+#endif
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -157,8 +162,13 @@ inline std::error_code from_asio_error_code(const asio_error_code& ec) noexcept 
 #include <asio/require.hpp>
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>
-// For ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below).
+// For ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below): its
+// default is defined there, in a header of asio/detail (a pinned use,
+// docs/asio-detail-pins.md).
 #include <asio/detail/thread_info_base.hpp>
+#if !defined(ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
+#error "tenferro: ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE is no longer defined there (docs/asio-detail-pins.md)"
+#endif
 
 namespace tenferro {
 // (Hidden from Doxygen, which takes the alias for a recursive one.)

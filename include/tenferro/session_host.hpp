@@ -236,8 +236,11 @@ public:
         detail::reserve_for_initiation<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>();
         options.where = placement::caller;
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::scope, detail::no_opener>{core_, options, {}}, token,
-            std::forward<F>(body));
+            detail::initiate_entry<
+                detail::entry_kind::scope, detail::no_opener, true,
+                detail::reserved_initiation_bytes<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>()>{
+                core_, options, {}},
+            token, std::forward<F>(body));
     }
 
     B& backend() noexcept { return backend_; }
@@ -292,8 +295,11 @@ protected:
                     std::optional<std::decay_t<F>>(std::in_place, std::forward<F>(f)));
         }
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<detail::entry_kind::session, Opener>{core_, options, std::move(opener)}, token,
-            std::forward<F>(f));
+            detail::initiate_entry<
+                detail::entry_kind::session, Opener, true,
+                detail::reserved_initiation_bytes<token_type, detail::entry_kind::session, Opener, F>()>{
+                core_, options, std::move(opener)},
+            token, std::forward<F>(f));
     }
 
     /// The admission core: the permit queue, the compute pool, the counters.

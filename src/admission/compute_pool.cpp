@@ -14,15 +14,6 @@
 
 #include "tenferro/asio.hpp"
 #include "tenferro/detail/async/op_function.hpp"
-#if TENFERRO_ASIO_BOOST
-#include <boost/asio/detail/call_stack.hpp>
-#include <boost/asio/detail/thread_context.hpp>
-#include <boost/asio/detail/thread_info_base.hpp>
-#else
-#include <asio/detail/call_stack.hpp>
-#include <asio/detail/thread_context.hpp>
-#include <asio/detail/thread_info_base.hpp>
-#endif
 
 namespace tenferro::detail {
 namespace {
@@ -56,9 +47,10 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
     }
     cpus_.assign(cpus.begin(), cpus.end());
     workers_.reserve(threads);
+    contexts_.reserve(threads);
     try {
         for (std::size_t i = 0; i < threads; ++i) {
-            workers_.emplace_back([this, i] { worker_main(i); });
+            workers_.push_back(start_worker(i));
             thread_count_.store(workers_.size(), std::memory_order_release);
             pin(workers_.back(), i);
         }
@@ -84,6 +76,19 @@ compute_pool::compute_pool(std::size_t threads, std::span<const unsigned> cpus,
 
 compute_pool::compute_pool(asio::any_io_executor external) : external_(std::move(external)) {}
 
+std::thread compute_pool::start_worker(std::size_t index) {
+    // The worker's io_context and its loop, posted there, are made here,
+    // where running out of memory throws to the caller (S19), not on the
+    // worker, where it would end the process. contexts_ has room already.
+    auto context = std::make_unique<asio::io_context>(1);
+    asio::post(*context, [this, index] { worker_main(index); });
+    asio::io_context& c = *context;
+    std::thread worker([&c] { c.run(); });
+    std::lock_guard lock(mutex_);
+    contexts_.push_back(std::move(context));
+    return worker;
+}
+
 void compute_pool::pin(std::thread& worker, std::size_t index) {
     if (cpus_.empty()) return;
     cpu_set_t one;
@@ -103,9 +108,10 @@ void compute_pool::grow_to(std::size_t threads) {
         // the process (S19: out of memory here, set_permits throws instead).
         std::lock_guard lock(mutex_);
         workers_.reserve(threads);
+        contexts_.reserve(threads);
     }
     for (std::size_t i = first; i < threads; ++i) {
-        std::thread worker([this, i] { worker_main(i); });
+        std::thread worker = start_worker(i);
         std::exception_ptr pin_error;
         try {
             pin(worker, i);
@@ -226,17 +232,15 @@ void compute_pool::run_start_hook(std::size_t index) noexcept {
 }
 
 void compute_pool::worker_main(std::size_t index) {
+    // Runs as the one handler of the worker's own io_context (start_worker),
+    // for the thread's whole life: the thread is then one "running an
+    // io_context", on which Asio's recycling allocator caches small blocks
+    // (asio::recycling_allocator, as documented; the coroutine frames of an
+    // asynchronous body and the handler memory of what it awaits, allocated
+    // and freed here, then reuse their blocks instead of malloc's). Nothing
+    // else ever runs in that io_context, and nobody holds its executor.
     if (on_worker_start_) run_start_hook(index);
     current_pool = this;
-    // Make this thread an Asio thread for the purpose of handler memory:
-    // completions posted from here (the hop back to the caller) then come from
-    // and return to Asio's per-thread recycling cache instead of malloc. Asio's
-    // own schedulers push the same kind of frame; the key is ours, so no Asio
-    // scheduler ever mistakes this thread for one of its own.
-    asio::detail::thread_info_base asio_thread_info;
-    asio::detail::thread_context asio_key;
-    asio::detail::call_stack<asio::detail::thread_context, asio::detail::thread_info_base>::context asio_frame(
-        &asio_key, asio_thread_info);
     for (;;) {
         pool_task* task = nullptr;
         {

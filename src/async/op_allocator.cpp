@@ -3,6 +3,7 @@
 #include "tenferro/detail/async/op_allocator.hpp"
 
 #include "async/fast_tls.hpp"
+#include "async/op_cache_record.hpp"
 
 #include <pthread.h>
 
@@ -38,7 +39,8 @@ struct thread_cache {
     };
     enum class phase : unsigned char { unregistered, caching, closed };
     block blocks[slots];
-    phase state;  // closed: the thread is exiting and its cache was emptied
+    op_cache_record record;  // op_cache_record.hpp
+    phase state;             // closed: the thread is exiting and its cache was emptied
 };
 
 TENFERRO_FAST_TLS constinit thread_local thread_cache cache{};
@@ -70,6 +72,8 @@ struct cleanup_key {
 }  // namespace
 
 void* allocate_op_memory(std::size_t size) {
+    if (cache.record.asked == 0) cache.record.asked = size;
+    cache.record.last_asked = size;
     const std::size_t want = rounded(size);
     for (auto& b : cache.blocks) {
         if (b.p != nullptr && b.size >= want) {
@@ -104,6 +108,7 @@ void deallocate_op_memory(void* p, std::size_t size) noexcept {
 }
 
 void reserve_op_memory(std::size_t size) {
+    cache.record = {size, 0, 0};
     const std::size_t want = rounded(size);
     thread_cache::block* slot = nullptr;
     for (auto& b : cache.blocks) {
@@ -117,5 +122,9 @@ void reserve_op_memory(std::size_t size) {
     slot->p = p;
     slot->size = want;
 }
+
+op_cache_record last_op_cache_record() noexcept { return cache.record; }
+
+void clear_op_cache_record() noexcept { cache.record = {}; }
 
 }  // namespace tenferro::detail

@@ -115,6 +115,7 @@ public:
     void drop_next_for_testing(std::size_t n) noexcept { drop_next_.store(n, std::memory_order_relaxed); }
 
 private:
+    std::thread start_worker(std::size_t index);
     void worker_main(std::size_t index);
     void pin(std::thread& worker, std::size_t index);
     void submit_external(pool_task& task) noexcept;
@@ -137,6 +138,9 @@ private:
     std::size_t started_ = 0;      // workers that have run the hook
     std::exception_ptr start_error_;
     std::vector<std::thread> workers_;   // guarded by mutex_ once the constructor returned
+    // One per worker, which runs its loop inside it (start_worker). Guarded
+    // by mutex_ as workers_; destroyed after the workers were joined.
+    std::vector<std::unique_ptr<asio::io_context>> contexts_;
     std::vector<unsigned> cpus_;         // what the workers are pinned to, round-robin
     std::atomic<std::size_t> thread_count_{0};
     std::mutex grow_mutex_;              // one grow_to at a time

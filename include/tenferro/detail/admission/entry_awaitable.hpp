@@ -19,9 +19,11 @@
 // completion), so other handlers of that thread get their turn, as tokio's
 // cooperative budget makes a task yield after a bounded amount of work.
 
+#include <cstddef>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -58,52 +60,84 @@ inline constexpr bool awaitable_entry_applies<asio::use_awaitable_t<Executor>, F
 /// Tokens whose initiation Asio runs inside a noexcept function: use_awaitable
 /// (the initiation runs in the awaiting frame's await_suspend), and the
 /// adapters of it that keep that initiation. Such an initiation must not throw
-/// (S19): the entry's block is reserved before it (reserve_for_initiation).
+/// (S19): the entry's block is reserved before it (reserve_for_initiation),
+/// and must be exactly the block it then allocates: the op of an entry whose
+/// handler is the one Asio makes for the token.
+///
+/// That handler is named from public declarations, never from asio::detail:
+/// `handler<Sig>` is `async_result<use_awaitable_t<Executor>, Sig>::handler_type`
+/// (a member of that specialisation on every Asio from 1.22 to 1.38) for the
+/// signature the innermost token completes with, which each adapter derives
+/// from ours as Asio documents it. An adapter's handler wraps that one in a
+/// type Asio keeps in asio::detail: `wrapper_bytes` is what the wrappers add,
+/// modelled on their layout. The initiation checks the model against the
+/// handler it is actually given, at compile time (initiate_entry's
+/// `Reserved`), and tests/admission/op_reservation_test.cpp checks the sizes
+/// asked of the op cache (docs/asio-detail-pins.md).
 template <class Token>
 struct noexcept_initiation : std::false_type {};
 template <class Executor>
 struct noexcept_initiation<asio::use_awaitable_t<Executor>> : std::true_type {
-    using executor_type = Executor;
-    // Room beyond the op with Asio's plain awaitable handler: none here; an
-    // adapter wraps that handler in one of its own (a word or two).
+    template <class Signature>
+    using handler = typename asio::async_result<asio::use_awaitable_t<Executor>, Signature>::handler_type;
     static constexpr std::size_t wrapper_bytes = 0;
 };
+
+/// as_tuple's signature: the arguments, decayed, as one tuple.
+template <class Signature>
+struct as_tuple_signature;
+template <class... Args>
+struct as_tuple_signature<void(Args...)> {
+    using type = void(std::tuple<std::decay_t<Args>...>);
+};
+
 #if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
 template <class Token>
 struct noexcept_initiation<asio::experimental::as_tuple_t<Token>> : noexcept_initiation<Token> {
-    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
-};
 #else
 template <class Token>
 struct noexcept_initiation<asio::as_tuple_t<Token>> : noexcept_initiation<Token> {
-    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
-};
 #endif
+    template <class Signature>
+    using handler = typename noexcept_initiation<Token>::template handler<typename as_tuple_signature<Signature>::type>;
+    // as_tuple_handler<H>: { H handler_; }
+    static constexpr std::size_t wrapper_bytes = noexcept_initiation<Token>::wrapper_bytes;
+};
 template <class Token>
 struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<Token> {
-    static constexpr std::size_t wrapper_bytes = 4 * sizeof(void*);
+    // An entry's signature has no error_code to redirect (its first argument
+    // is the exception_ptr): it goes through unchanged.
+    template <class Signature>
+    using handler = typename noexcept_initiation<Token>::template handler<Signature>;
+    // redirect_error_handler<H>: { error_code& ec_; H handler_; }
+    static constexpr std::size_t wrapper_bytes = noexcept_initiation<Token>::wrapper_bytes + sizeof(asio_error_code*);
 };
 
-/// For a token of noexcept_initiation, reserves this thread's op block for
-/// the entry about to be initiated (throws std::bad_alloc here, in the
-/// caller's coroutine, where the exception reaches the co_await): the block
-/// of its operation, or of the inline fast path's completion, whichever is
-/// larger, with room for an adapter's wrapper around Asio's handler. Exact
-/// for plain use_awaitable: the block is the parked entry's, whose size the
-/// admission benchmark watches.
+/// The bytes reserve_for_initiation reserves for an entry with this token
+/// (0 for a token of no noexcept_initiation): the first block its initiation
+/// allocates (entry_op::initiation_block_size) for the handler Asio makes.
 template <class Token, entry_kind Kind, class Opener, class F>
-void reserve_for_initiation() {
-    if constexpr (noexcept_initiation<std::decay_t<Token>>::value) {
+constexpr std::size_t reserved_initiation_bytes() noexcept {
+    using token = std::decay_t<Token>;
+    if constexpr (noexcept_initiation<token>::value) {
         using arg_type =
             std::conditional_t<Kind == entry_kind::session, typename Opener::session_type, execution_scope>;
         using R = typename body_traits<F, arg_type>::value_type;
-        using handler =
-            asio::detail::awaitable_handler<typename noexcept_initiation<std::decay_t<Token>>::executor_type,
-                                            std::exception_ptr, session_result<R>>;
-        constexpr std::size_t wrappers = noexcept_initiation<std::decay_t<Token>>::wrapper_bytes;
-        // The op's block, or the inline completion's, which is sized for the op as well.
-        reserve_op_memory(entry_op<handler, std::decay_t<F>, Kind, Opener>::inline_block_size() + wrappers);
+        using handler = typename noexcept_initiation<token>::template handler<entry_signature<R>>;
+        return entry_op<handler, std::decay_t<F>, Kind, Opener>::initiation_block_size() +
+               noexcept_initiation<token>::wrapper_bytes;
+    } else {
+        return 0;
     }
+}
+
+/// For a token of noexcept_initiation, reserves this thread's op block for
+/// the entry about to be initiated (throws std::bad_alloc here, in the
+/// caller's coroutine, where the exception reaches the co_await).
+template <class Token, entry_kind Kind, class Opener, class F>
+void reserve_for_initiation() {
+    if constexpr (constexpr std::size_t bytes = reserved_initiation_bytes<Token, Kind, Opener, F>(); bytes != 0)
+        reserve_op_memory(bytes);
 }
 
 /// The executor type of a use_awaitable_t token.
@@ -121,10 +155,13 @@ template <bool TryInline, class Executor, class R, class Opener, class F>
 asio::awaitable<session_result<R>, Executor> general_entry(std::shared_ptr<host_core> core, session_options options,
                                                            Opener opener, F&& fn) {
     // Reserved again: a body run inline since enter() reserved may have used it.
-    reserve_for_initiation<asio::use_awaitable_t<Executor>, entry_kind::session, Opener, F>();
-    return asio::async_initiate<const asio::use_awaitable_t<Executor>&, entry_signature<R>>(
-        initiate_entry<entry_kind::session, Opener, TryInline>{std::move(core), options, std::move(opener)},
-        asio::use_awaitable_t<Executor>{}, std::forward<F>(fn));
+    using token = asio::use_awaitable_t<Executor>;
+    reserve_for_initiation<token, entry_kind::session, Opener, F>();
+    return asio::async_initiate<const token&, entry_signature<R>>(
+        initiate_entry<entry_kind::session, Opener, TryInline,
+                       reserved_initiation_bytes<token, entry_kind::session, Opener, F>()>{std::move(core), options,
+                                                                                           std::move(opener)},
+        token{}, std::forward<F>(fn));
 }
 
 // GCC 12 gives a coroutine's frame the linkage of the function template, and

@@ -127,10 +127,27 @@ public:
          (executor_target_available && std::is_same_v<handler_executor, asio::any_io_executor>)) &&
         (std::is_void_v<R> || std::is_nothrow_move_constructible_v<R>);
 
-    /// The block of the inline fast path's completion: large enough for this
-    /// entry's op as well (try_run_inline).
+    /// The alignment of the inline fast path's block: its completion's or
+    /// this entry's op's, whichever is larger.
+    static constexpr std::size_t inline_block_align() noexcept {
+        return std::max(alignof(inline_completion_for<Handler, result_type, entry_op>), alignof(entry_op));
+    }
+    /// The size of the inline fast path's block (try_run_inline): the
+    /// completion's or the op's, whichever is larger (the block may become
+    /// the op's), rounded up to that alignment only: when the op is the
+    /// larger, exactly the op's size.
     static constexpr std::size_t inline_block_size() noexcept {
-        return std::max(sizeof(inline_completion_for<Handler, result_type, entry_op>), sizeof(entry_op));
+        return sizeof(
+            op_block<std::max(sizeof(inline_completion_for<Handler, result_type, entry_op>), sizeof(entry_op)),
+                     inline_block_align()>);
+    }
+    /// The block this entry's initiation allocates first: the inline fast
+    /// path's where it may take it, else the op's. What the S19 reservation
+    /// reserves (reserve_for_initiation), and all it reserves: an entry that
+    /// goes the general way after all allocates its op, of inline_block_size()
+    /// too while the op is the larger of the two.
+    static constexpr std::size_t initiation_block_size() noexcept {
+        return inline_candidate ? inline_block_size() : sizeof(entry_op);
     }
 
     /// The inline fast path: an entry admitted at once, in its initiating
@@ -175,7 +192,8 @@ public:
         // this entry's op as well: if the queue refuses the inline grant, the
         // block goes back to this thread's cache whole, and launch() finds it
         // there (a block reserved for a use_awaitable initiation stays one).
-        using block_type = op_block<inline_block_size()>;
+        using block_type = op_block<inline_block_size(), inline_block_align()>;
+        static_assert(sizeof(block_type) == inline_block_size());
         using completion = inline_completion_for<Handler, result_type, block_type>;
         static_assert(alignof(completion) <= alignof(block_type), "the inline completion comes from the op cache");
         auto alloc = op_allocator_for<block_type>(own_handler);
@@ -479,13 +497,28 @@ struct packed_options {
 };
 static_assert(sizeof(packed_options) == 24);
 
+/// The check of an S19 reservation against the block the initiation then
+/// allocates: when they differ, the static_assert fails and the compiler's
+/// "in instantiation of" line names both sizes.
+template <std::size_t Reserved, std::size_t Allocated>
+struct s19_reservation {
+    static_assert(Reserved == Allocated,
+                  "tenferro: the op block reserved before this use_awaitable initiation (S19) is not the block it "
+                  "allocates: this Asio lays out the token's completion handler otherwise than "
+                  "detail/admission/entry_awaitable.hpp models it (docs/asio-detail-pins.md)");
+    static constexpr bool checked = true;
+};
+
 /// The initiation object handed to `asio::async_initiate`. `TryInline` is
 /// false when the caller has just asked the queue for an inline grant and was
 /// refused (awaitable_entry): not asking again saves a lock. A template
 /// parameter, not a member: with use_awaitable, Asio's initiation frame holds
 /// this object for as long as the entry is parked, and a flag would add a word
-/// to every parked entry.
-template <entry_kind Kind, class Opener, bool TryInline = true>
+/// to every parked entry. `Reserved`: the bytes reserved for the
+/// initiation's first block beforehand (S19, reserve_for_initiation; 0:
+/// none), computed from the token, which this checks against the handler
+/// Asio actually passes (entry_awaitable.hpp, noexcept_initiation).
+template <entry_kind Kind, class Opener, bool TryInline = true, std::size_t Reserved = 0>
 struct initiate_entry {
     std::shared_ptr<host_core> core;
     packed_options packed;
@@ -501,6 +534,7 @@ struct initiate_entry {
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
+        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, op::initiation_block_size()>::checked);
         const session_options options = packed.unpack();
         if constexpr (op::inline_candidate && TryInline) {
             if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))

@@ -83,10 +83,11 @@ op_allocator_t<Block, Handler> op_allocator_for(const Handler& handler) noexcept
     return op_allocator_t<Block, Handler>(asio::get_associated_allocator(handler, op_allocator<void>()));
 }
 
-/// A block of `Size` bytes with the default new alignment: the `Block` of an
-/// op that lives in a block sized for more than itself.
-template <std::size_t Size>
-struct alignas(__STDCPP_DEFAULT_NEW_ALIGNMENT__) op_block {
+/// A block of `Size` bytes aligned for `Align` (its size: `Size` rounded up
+/// to a multiple of `Align`): the `Block` of an op that lives in a block
+/// sized for more than itself.
+template <std::size_t Size, std::size_t Align = __STDCPP_DEFAULT_NEW_ALIGNMENT__>
+struct alignas(Align) op_block {
     unsigned char bytes[Size];
 };
 
