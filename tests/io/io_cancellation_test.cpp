@@ -41,22 +41,28 @@ using namespace tenferro::test::npy_io;
 namespace {
 
 // Emits a cancellation (on the io_context's thread, where the slot lives) when
-// `event` happens for the first time, and holds that engine thread until it has.
+// `event` happens for the first time, and holds every engine thread that meets
+// `event` until it has: a busy machine may be slow to run the io_context's
+// thread, and the pool's other threads would otherwise finish the whole file
+// meanwhile (a cancellation "in the middle" that came after the end).
 struct cancel_on_event {
     asio::io_context* io;
     asio::cancellation_signal* signal;
     tio::io_event event;
     std::atomic<int> seen{0};
     std::promise<void> emitted{};
+    std::shared_future<void> done = emitted.get_future().share();
 
     static int hook(tio::io_event e, void* context) {
         auto* self = static_cast<cancel_on_event*>(context);
-        if (e != self->event || self->seen.fetch_add(1) != 0) return 0;
-        asio::post(*self->io, [self] {
-            self->signal->emit(asio::cancellation_type::terminal);
-            self->emitted.set_value();
-        });
-        self->emitted.get_future().wait();
+        if (e != self->event) return 0;
+        if (self->seen.fetch_add(1) == 0) {
+            asio::post(*self->io, [self] {
+                self->signal->emit(asio::cancellation_type::terminal);
+                self->emitted.set_value();
+            });
+        }
+        self->done.wait();
         return 0;
     }
 };
