@@ -518,3 +518,59 @@ TEST_CASE("S16 for batch items: the caller may destroy its io_context as soon as
     }
     CHECK(delivered == n);
 }
+
+namespace {
+
+/// An io_context's executor whose tracked form cannot be made: preferring
+/// outstanding_work.tracked throws std::bad_alloc, as copying a type-erased
+/// executor to the heap may when memory runs out (S19).
+struct untrackable_executor {
+    asio::io_context::executor_type inner;
+
+    asio::execution_context& query(asio::execution::context_t) const noexcept { return inner.context(); }
+    static constexpr asio::execution::blocking_t query(asio::execution::blocking_t) noexcept {
+        return asio::execution::blocking.never;
+    }
+    untrackable_executor prefer(asio::execution::outstanding_work_t::tracked_t) const { throw std::bad_alloc(); }
+    untrackable_executor prefer(asio::execution::outstanding_work_t::untracked_t) const noexcept { return *this; }
+    template <class F>
+    void execute(F&& f) const {
+        asio::post(inner, std::forward<F>(f));
+    }
+    friend bool operator==(const untrackable_executor& a, const untrackable_executor& b) noexcept {
+        return a.inner == b.inner;
+    }
+    friend bool operator!=(const untrackable_executor& a, const untrackable_executor& b) noexcept { return !(a == b); }
+};
+
+}  // namespace
+
+TEST_CASE("S19: a submit whose item cannot be built completes with the failure; its handler is not lost", "[batcher]") {
+    // The item's handler is built last: when tracking work on the handler's
+    // executor throws, the handler has not moved, and it completes (posted,
+    // never inside submit) with the exception instead of vanishing with it.
+    test_host host(test_host_options{.permits = 1});
+    batch_log log;
+    int_batcher b(host, {.max_batch = 4}, doubling(log));
+    asio::io_context io;
+    outcome o;
+    auto owned = std::make_shared<int>(7);  // the handler's own state
+    std::weak_ptr<int> watch = owned;
+    b.submit(1, asio::bind_executor(untrackable_executor{io.get_executor()},
+                                    [&o, owned = std::move(owned)](std::exception_ptr e, session_result<int> r) {
+                                        o.exception = std::move(e);
+                                        o.result.emplace(std::move(r));
+                                        o.done = true;
+                                    }));
+    CHECK_FALSE(o.done);
+    REQUIRE(run_until(io, [&] { return o.done.load(); }));
+    REQUIRE(o.exception);
+    CHECK_THROWS_AS(std::rethrow_exception(o.exception), std::bad_alloc);
+    REQUIRE_FALSE(o.result->has_value());
+    CHECK(o.result->error().code() == session_entry_errc::executor);
+    CHECK(watch.expired());  // the handler went with its completion
+    CHECK(log.batches.empty());
+    const batch_stats s = b.stats();
+    CHECK(s.submitted == 0);  // never queued
+    CHECK(s.waiting == 0);
+}

@@ -14,11 +14,13 @@
 
 #include "tenferro/detail/admission/batch_item.hpp"
 #include "tenferro/detail/admission/batcher_core.hpp"
+#include "tenferro/detail/admission/compose_detail.hpp"
 #include "tenferro/detail/admission/session_context.hpp"
 #include "tenferro/detail/async/cancellation.hpp"
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/initiation_failure.hpp"
 #include "tenferro/detail/async/library_context.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_work.hpp"
@@ -34,10 +36,36 @@ class batch_item_op final : public batch_item<In, Out>, public retry_node {
     friend struct completion_poster;
 
 public:
+    /// Builds the item. The handler is the last member built (S19): when
+    /// tracking work on its executor throws, it has not moved yet, and
+    /// launch() completes it with the exception instead.
     template <class H>
     batch_item_op(H&& handler, std::shared_ptr<batcher_core> core, In&& input)
-        : handler_(std::forward<H>(handler)), work_(handler_), core_(std::move(core)) {
+        : work_(handler), core_(std::move(core)), handler_(std::forward<H>(handler)) {
         this->input.emplace(std::move(input));
+    }
+
+    /// Allocates the item with the handler's allocator and builds it. Out of
+    /// memory for the block, the initiating function throws, nothing done;
+    /// building it failed (tracking work on a type-erased executor may
+    /// allocate), the handler completes with the exception, by post, in the
+    /// block (initiation_failure). Returns null then.
+    template <class H>
+    static batch_item_op* launch(H&& handler, std::shared_ptr<batcher_core> core, In&& input) {
+        auto alloc = op_allocator_for<batch_item_op>(handler);
+        batch_item_op* op = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
+        try {
+            ::new (static_cast<void*>(op)) batch_item_op(std::forward<H>(handler), std::move(core), std::move(input));
+        } catch (...) {
+            initiation_failure<Handler, batch_item_op, session_result<Out>>::complete_in(
+                op, std::forward<H>(handler), std::current_exception(),
+                session_result<Out>(tl::unexpected<session_entry_error>(
+                    session_entry_error(session_entry_errc::executor, {},
+                                        compose_detail({"out of memory while submitting the item; it was not "
+                                                        "queued (the exception is the first argument)"})))));
+            return nullptr;
+        }
+        return op;
     }
 
     /// Installs the cancellation handler; called once the item is about to
@@ -85,9 +113,9 @@ private:
                                    std::move(*this->result_));
     }
 
-    Handler handler_;
     op_work<Handler> work_;
     std::shared_ptr<batcher_core> core_;  // the cancellation handler's way back
+    Handler handler_;                     // built last (the constructor)
 };
 
 /// `batcher::submit`'s initiation.
@@ -104,7 +132,8 @@ struct initiate_submit {
     template <class Handler>
     void operator()(Handler&& handler, In item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
-        op_type* op = make_op<op_type>(std::forward<Handler>(handler), core, std::move(item));
+        op_type* op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
+        if (op == nullptr) return;  // completes with the failure (launch)
         // S7: submit is an entry. Inside a running session (a synchronous body
         // on this thread, or an asynchronous one whose executor the handler
         // carries) it is re-entry; inside an execution scope the batch's
