@@ -23,6 +23,8 @@
 // completed there takes the same concrete, compiled-in paths as any
 // io_context caller's.
 
+#include <type_traits>
+
 #include "tenferro/asio.hpp"
 
 namespace tenferro::detail {
@@ -46,9 +48,19 @@ bool in_library_context() noexcept;
 template <class Handler>
 using handler_executor_t = asio::associated_executor_t<Handler, library_executor_type>;
 
+/// Whether `Handler` names an executor of its own (its associated executor
+/// does not depend on the fallback): then the library's executor is never
+/// asked for, which saves an out-of-line call on every hot-path entry.
+template <class Handler>
+inline constexpr bool names_own_executor_v =
+    std::is_same_v<asio::associated_executor_t<Handler, asio::system_executor>, handler_executor_t<Handler>>;
+
 template <class Handler>
 handler_executor_t<Handler> handler_executor_of(const Handler& handler) noexcept {
-    return asio::get_associated_executor(handler, library_executor());
+    if constexpr (names_own_executor_v<Handler>)
+        return asio::get_associated_executor(handler);
+    else
+        return asio::get_associated_executor(handler, library_executor());
 }
 
 }  // namespace tenferro::detail

@@ -86,7 +86,7 @@ public:
     /// work throws (a type-erased executor may copy itself to the heap).
     explicit op_work(const Handler& handler)
         requires std::is_same_v<Fallback, library_executor_type>
-        : op_work(handler, library_executor()) {}
+        : tracked_(asio::prefer(handler_executor_of(handler), asio::execution::outstanding_work.tracked)) {}
     op_work(const Handler& handler, const Fallback& fallback)
         : tracked_(asio::prefer(asio::get_associated_executor(handler, fallback),
                                 asio::execution::outstanding_work.tracked)) {}
