@@ -5,7 +5,7 @@
 /// observer, stats and every Asio completion token — as one class template
 /// over a backend that only says what its sessions are. `cpu_backend` is one
 /// such host; a GPU stream pool, a set of BLAS handles or a rate-limited
-/// service is another, with the same rules (docs/contract.md, S1–S18).
+/// service is another, with the same rules (docs/contract.md, S1–S19).
 
 #include <concepts>
 #include <cstddef>

@@ -30,7 +30,6 @@ host_core::host_core(std::string name, std::size_t permits, std::size_t max_wait
       pool_(compute_executor ? std::make_unique<compute_pool>(std::move(compute_executor))
                              : std::make_unique<compute_pool>(permits, cpus, std::move(on_worker_start))),
       observer_(std::move(observer)),
-      reject_late_(policy.reject_late),
       deadlines_(std::move(policy.timer)) {
     // The thread that retries hand-offs which failed for want of memory
     // (S19): started here, where throwing is allowed, so that no entry ever

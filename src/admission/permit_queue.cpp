@@ -276,22 +276,6 @@ bool permit_queue::cancel(entry_node& w, waiter_list& granted, entry_node** hand
     return true;
 }
 
-bool permit_queue::expire(entry_node& w, waiter_list& granted, entry_node** handoffs) {
-    if (handoffs != nullptr) *handoffs = nullptr;
-    std::lock_guard lock(mutex_);
-    if (w.state_ != permit_waiter::state::waiting) return false;
-    unlink_locked(w);
-    w.state_ = permit_waiter::state::removed;
-    group_queue& g = groups_[w.group_];
-    ++g.expired;
-    ++g.rejected;
-    // P4: those behind it are re-offered its place at once (it may have been
-    // a weighted head).
-    if (admits_locked()) grant_fitting_locked(granted, handoffs);
-    publish_hint_locked();
-    return true;
-}
-
 std::chrono::steady_clock::time_point permit_queue::expire_due(std::chrono::steady_clock::time_point now,
                                                                waiter_list& expired, waiter_list& granted,
                                                                entry_node** handoffs) {

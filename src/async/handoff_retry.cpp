@@ -26,7 +26,6 @@ public:
 
     /// A lane gained a parked operation (mutex_ held).
     void parked_locked(retry_lane_base& lane) noexcept {
-        parked_total_.fetch_add(1, std::memory_order_relaxed);
         if (lane.registered_) return;
         lane.registered_ = true;
         lane.next_lane_ = lanes_;
@@ -34,8 +33,6 @@ public:
     }
 
     void wake() noexcept { wake_.notify_one(); }
-
-    std::uint64_t parked_total() const noexcept { return parked_total_.load(std::memory_order_relaxed); }
 
     // At exit: the thread is stopped. Hand-offs still parked then (memory
     // never came back) are left as they are: their executors' contexts may
@@ -87,7 +84,6 @@ private:
     retry_lane_base* lanes_ = nullptr;  // guarded by mutex_
     bool stopping_ = false;             // guarded by mutex_
     std::atomic<bool> running_{false};
-    std::atomic<std::uint64_t> parked_total_{0};
     std::thread thread_;
 };
 
@@ -115,7 +111,5 @@ void retry_lane_base::wake() noexcept { retrier().wake(); }
 void prepare_handoff_retry() { retrier().start(); }
 
 void retry_handoff_later(retry_node& node) noexcept { nodes.park(node); }
-
-std::uint64_t handoffs_retried() noexcept { return retrier().parked_total(); }
 
 }  // namespace tenferro::detail

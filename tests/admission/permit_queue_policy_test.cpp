@@ -5,6 +5,7 @@
 #include <tenferro/detail/admission/permit_queue.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <map>
@@ -245,12 +246,15 @@ TEST_CASE("P8: group counters add up to the host's, and at quiescence admitted =
     p.groups[0].max_waiters = 1;
     permit_queue q(1, 100, p);
     node a(1, 0, 1), b(1, 0, 2), c(1, 0, 3), d(1, 1, 4);
+    const auto t0 = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    d.when_ = t0;  // P4: d's deadline
     REQUIRE(q.acquire(a, true) == acquire_outcome::granted);
     REQUIRE(q.acquire(b, true) == acquire_outcome::queued);
     CHECK(q.acquire(c, true) == acquire_outcome::queue_full);  // group 0's bound
     REQUIRE(q.acquire(d, true) == acquire_outcome::queued);    // group 1 has room
-    waiter_list granted;
-    CHECK(q.expire(d, granted));
+    waiter_list granted, expired;
+    CHECK(q.expire_due(t0, expired, granted) == std::chrono::steady_clock::time_point::max());
+    CHECK(ids(std::move(expired)) == std::vector<int>{4});
     CHECK(q.cancel(b, granted) == true);
     CHECK(ids(std::move(granted)).empty());
     (void)q.release(released_grant(a, 2.0));

@@ -66,9 +66,6 @@ public:
     void set_permits(std::size_t n);
     /// P7 for the byte budget.
     void set_memory_budget(std::size_t bytes);
-    /// P5: whether arriving entries with a deadline are rejected on a predicted wait.
-    bool rejects_late() const noexcept { return reject_late_; }
-
     /// P4: starts the deadline timer if it is not running (the first entry
     /// with a deadline does, before it queues). \throws when it cannot start.
     void watch_deadlines();
@@ -85,7 +82,6 @@ private:
     permit_queue queue_;
     std::unique_ptr<compute_pool> pool_;
     std::shared_ptr<admission_observer> observer_;
-    bool reject_late_;
     /// Rejects, with deadline_exceeded, the waiters whose deadline is at or
     /// before `now`; returns the next deadline.
     std::chrono::steady_clock::time_point expire_due(std::chrono::steady_clock::time_point now) noexcept;

@@ -4,7 +4,9 @@
 // a permit count that may change while it runs (docs/contract.md S4, P1-P8).
 //
 // Design (see docs/design/session-entry.md):
-//  * Waiters are intrusive nodes living inside each entry's operation state, so
+//  * Waiters are intrusive nodes living inside each entry's operation state
+//    (entry_node, start_order.hpp: the queue needs the whole node, not only
+//    its permit_waiter base, for the deadline list and the start order), so
 //    waiting allocates nothing and leaving the queue (cancellation) is an O(1)
 //    unlink.
 //  * Strict FIFO, no barging: an acquire succeeds at once only when nobody is
@@ -147,9 +149,6 @@ public:
     /// permits, since `w` may have been a weighted head blocking smaller waiters.
     /// Those newly granted are appended to `granted` (`handoffs`: as for release).
     bool cancel(entry_node& w, waiter_list& granted, entry_node** handoffs = nullptr);
-    /// As cancel, for a waiter whose deadline passed (P4): counted as expired
-    /// (and rejected) instead of cancelled.
-    bool expire(entry_node& w, waiter_list& granted, entry_node** handoffs = nullptr);
     /// P4: removes every waiter whose deadline is at or before `now` into
     /// `expired` (counted as expired) and grants those behind them that now
     /// fit. Returns the earliest deadline still waiting (max() if none).

@@ -51,9 +51,6 @@ void prepare_handoff_retry();
 /// until `retry` returned true.
 void retry_handoff_later(retry_node& node) noexcept;
 
-/// How many hand-offs were parked since the process started (tests, stats).
-std::uint64_t handoffs_retried() noexcept;
-
 /// The untyped half of a retry_lane: what the retrying thread sees.
 class retry_lane_base {
 public:
