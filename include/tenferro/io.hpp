@@ -140,10 +140,23 @@ protected:
     ~npy_write_receiver() = default;
 };
 
-std::shared_ptr<npy_operation> make_read_npy_op(std::filesystem::path path, const npy_read_options& options,
-                                                npy_read_receiver& receiver);
-std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view,
-                                                 npy_write_receiver& receiver);
+/// A read made before its receiver: `bind` it once, before `start`. (The
+/// awaitable path makes the operation in its coroutine, where a failure still
+/// reaches the co_await, and binds the completion inside the initiation.)
+class npy_read_operation : public virtual npy_operation {
+public:
+    virtual void bind(npy_read_receiver& receiver) noexcept = 0;
+};
+/// A write made before its receiver, as `npy_read_operation`.
+class npy_write_operation : public virtual npy_operation {
+public:
+    virtual void bind(npy_write_receiver& receiver) noexcept = 0;
+};
+
+/// Make the operation (and the process's I/O engine at the first one).
+/// Throw what allocating them throws.
+std::shared_ptr<npy_read_operation> make_read_npy_op(std::filesystem::path path, const npy_read_options& options);
+std::shared_ptr<npy_write_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view);
 
 /// Holds the handler and the outstanding work of its executor (op_work.hpp).
 /// On completion (a backend thread) it stores the outcome and hands itself to
@@ -159,8 +172,10 @@ class npy_completion final : public Receiver, public retry_node {
     using outcome_type = std::tuple<asio_error_code, Rest...>;
 
 public:
+    /// The handler is the last member built: if tracking work throws, it has
+    /// not moved (S19).
     npy_completion(Handler&& handler, const IoExecutor& io_executor)
-        : handler_(std::move(handler)), work_(handler_, io_executor) {}
+        : work_(handler, io_executor), handler_(std::move(handler)) {}
 
     void complete(std::error_code ec, Rest... rest) noexcept override {
         outcome_.emplace(to_asio_error_code(ec), std::move(rest)...);
@@ -169,9 +184,8 @@ public:
         completion_poster::post(*this);
     }
 
-    /// Frees an operation whose completion never started (making the
-    /// operation threw).
-    void abandon() noexcept { discard(); }
+    /// Completes with `ec` (and empty results): the operation was not started.
+    void fail(std::error_code ec) noexcept { complete(ec, Rest{}...); }
 
 private:
     handoff_gate& gate() noexcept { return gate_; }
@@ -185,37 +199,30 @@ private:
     /// The executor discarded the completion unrun.
     void discard() noexcept { free_op(this, op_allocator_for<npy_completion>(handler_)); }
 
-    Handler handler_;
     op_work<Handler, IoExecutor> work_;
+    Handler handler_;
     std::optional<outcome_type> outcome_;
     handoff_gate gate_;
 };
 
-/// Starts `op` with the handler's cancellation slot (if connected) forwarding
-/// to it.
-template <class Slot>
-void start_npy_operation(Slot slot, std::shared_ptr<npy_operation> op) {
-    connect_cancellation<&npy_operation::cancel>(slot, op);
-    op->start();
-}
-
 /// Allocates the completion that owns `handler` (with the handler's associated
-/// allocator, detail/async/op_allocator.hpp), makes the operation with it
-/// (`make_op(receiver)`; if that throws, the completion is freed and the
-/// handler never called) and starts it under the handler's cancellation slot.
-template <class Completion, class Handler, class IoExecutor, class MakeOp>
-void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, MakeOp make_npy_op) {
+/// allocator, detail/async/op_allocator.hpp; if that throws, nothing was done),
+/// binds `op` to it and starts `op` under the handler's cancellation slot. Out
+/// of memory for the slot's handler, the completion fails with
+/// `not_enough_memory` (posted), `op` unstarted.
+template <class Completion, class Handler, class IoExecutor, class Operation>
+void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, std::shared_ptr<Operation> op) {
     prepare_handoff_retry();  // its completion may need it (S19); cheap once running
     auto slot = asio::get_associated_cancellation_slot(handler);
     Completion* receiver = make_op<Completion>(std::move(handler), io_executor);
-    std::shared_ptr<npy_operation> op;
+    op->bind(*receiver);
     try {
-        op = make_npy_op(*receiver);
+        connect_cancellation<&npy_operation::cancel>(slot, std::shared_ptr<npy_operation>(op));
     } catch (...) {
-        receiver->abandon();
-        throw;
+        receiver->fail(std::make_error_code(std::errc::not_enough_memory));
+        return;
     }
-    start_npy_operation(slot, std::move(op));
+    op->start();
 }
 
 /// The initiations expose the I/O executor the caller named, as Asio's I/O
@@ -231,9 +238,7 @@ struct initiate_read_npy {
     template <class Handler>
     void operator()(Handler&& handler, std::filesystem::path path, const npy_read_options& options) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, tensor>;
-        launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_read_receiver& receiver) {
-            return make_read_npy_op(std::move(path), options, receiver);
-        });
+        launch_npy_operation<completion>(std::move(handler), io_executor, make_read_npy_op(std::move(path), options));
     }
 };
 
@@ -247,11 +252,51 @@ struct initiate_write_npy {
     template <class Handler>
     void operator()(Handler&& handler, std::filesystem::path path, const_tensor_view view) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver>;
-        launch_npy_operation<completion>(std::move(handler), io_executor, [&](npy_write_receiver& receiver) {
-            return make_write_npy_op(std::move(path), view, receiver);
-        });
+        launch_npy_operation<completion>(std::move(handler), io_executor, make_write_npy_op(std::move(path), view));
     }
 };
+
+/// The initiation of the awaitable path, whose operation was made beforehand
+/// and whose completion's block was reserved (`Reserved` bytes): Asio runs it
+/// inside a noexcept function, and it allocates nothing but that block (S19).
+/// The reservation is checked against the handler Asio actually passes.
+template <class IoExecutor, class Operation, class Receiver, std::size_t Reserved, class... Rest>
+struct initiate_prepared_npy {
+    IoExecutor io_executor;
+    std::shared_ptr<Operation> op;
+
+    using executor_type = IoExecutor;
+    executor_type get_executor() const noexcept { return io_executor; }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+        using completion = npy_completion<std::decay_t<Handler>, IoExecutor, Receiver, Rest...>;
+        static_assert(s19_reservation<Reserved, sizeof(completion)>::checked);
+        launch_npy_operation<completion>(std::move(handler), io_executor, op);
+    }
+};
+
+/// The layout of the handler Asio makes for `redirect_error(use_awaitable, ec)`
+/// around the awaitable's handler `Inner` (a type Asio keeps in asio::detail:
+/// the error code's reference, then the handler; docs/asio-detail-pins.md),
+/// with the same associated executor and allocator: what the S19 reservation
+/// of the awaitable path is computed from. Never built.
+template <class Inner>
+struct redirect_error_layout {
+    asio_error_code* ec;
+    Inner handler;
+    using executor_type = asio::associated_executor_t<Inner>;
+    executor_type get_executor() const noexcept;
+};
+
+/// The completion block the awaitable path's initiation allocates: the
+/// completion for the redirect_error handler around use_awaitable's handler
+/// for `void(Rest...)`.
+template <class AwaitableExecutor, class IoExecutor, class Receiver, class... Rest>
+inline constexpr std::size_t prepared_npy_block_size =
+    sizeof(npy_completion<redirect_error_layout<typename asio::async_result<asio::use_awaitable_t<AwaitableExecutor>,
+                                                                            void(Rest...)>::handler_type>,
+                          IoExecutor, Receiver, Rest...>);
 
 /// `function: 'path'`, the prefix of the exceptions thrown for `use_awaitable`.
 std::string npy_error_context(std::string_view function, const std::filesystem::path& path);
@@ -269,13 +314,23 @@ concept io_executor = asio::execution::is_executor<T>::value || asio::is_executo
 
 // For the default token the outcome is awaited through redirect_error, so that the
 // exception can name the path (asio would throw a bare system_error).
+// S19: what the initiation would allocate is allocated here first, in this
+// coroutine, where a failure is thrown to the co_await: the operation (and the
+// I/O engine), the hand-off retry thread, and the completion's block
+// (reserved in this thread's op cache). The initiation, which Asio runs inside
+// a noexcept function, then allocates nothing else.
 template <class AwaitableExecutor, class IoExecutor>
 asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
                                                               npy_read_options options) {
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    tensor result = co_await asio::async_initiate<decltype(token), void(asio_error_code, tensor)>(
-        initiate_read_npy<IoExecutor>{io_executor}, token, path, options);
+    constexpr std::size_t reserved = prepared_npy_block_size<AwaitableExecutor, IoExecutor, npy_read_receiver, tensor>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
+    prepare_handoff_retry();
+    initiation init{io_executor, make_read_npy_op(path, options)};
+    reserve_op_memory(reserved);
+    tensor result =
+        co_await asio::async_initiate<decltype(token), void(asio_error_code, tensor)>(std::move(init), token);
     if (ec) throw asio_system_error(ec, npy_error_context("async_read_npy", path));
     co_return result;
 }
@@ -285,8 +340,12 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
                                                              const_tensor_view view) {
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(initiate_write_npy<IoExecutor>{io_executor},
-                                                                          token, path, view);
+    constexpr std::size_t reserved = prepared_npy_block_size<AwaitableExecutor, IoExecutor, npy_write_receiver>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
+    prepare_handoff_retry();
+    initiation init{io_executor, make_write_npy_op(path, view)};
+    reserve_op_memory(reserved);
+    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(std::move(init), token);
     if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
 }
 

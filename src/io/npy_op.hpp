@@ -44,7 +44,7 @@ void strided_copy(const tensor_view& dst, const void* src, std::span<const std::
 // (npy_op.cpp).
 // ---------------------------------------------------------------------------
 
-class op_base : public npy_operation {
+class op_base : public virtual npy_operation {
 public:
     void cancel() noexcept override { cancelled_.store(true, std::memory_order_release); }
 

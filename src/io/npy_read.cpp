@@ -50,14 +50,15 @@ void byte_swap(void* data, std::size_t bytes, std::size_t itemsize) noexcept {
     }
 }
 
-class read_op final : public op_base, public std::enable_shared_from_this<read_op> {
+class read_op final : public op_base, public npy_read_operation, public std::enable_shared_from_this<read_op> {
 public:
-    read_op(file_engine& engine, std::filesystem::path path, const npy_read_options& options,
-            npy_read_receiver& receiver)
-        : op_base(engine), path_(std::move(path)), receiver_(&receiver), resource_(options.memory_resource) {
+    read_op(file_engine& engine, std::filesystem::path path, const npy_read_options& options)
+        : op_base(engine), path_(std::move(path)), resource_(options.memory_resource) {
         limits_.max_data_bytes = options.max_data_bytes;
         limits_.max_header_bytes = options.max_header_bytes;
     }
+
+    void bind(npy_read_receiver& receiver) noexcept override { receiver_ = &receiver; }
 
     void start() noexcept override {
         self_ = shared_from_this();
@@ -191,7 +192,7 @@ private:
     }
 
     std::filesystem::path path_;
-    npy_read_receiver* receiver_;
+    npy_read_receiver* receiver_ = nullptr;  // bound once, before start
     npy::limits limits_;
     std::shared_ptr<std::pmr::memory_resource> resource_;  // null: ::operator new
     std::shared_ptr<read_op> self_;
@@ -211,9 +212,8 @@ private:
 
 namespace detail {
 
-std::shared_ptr<npy_operation> make_read_npy_op(std::filesystem::path path, const npy_read_options& options,
-                                                npy_read_receiver& receiver) {
-    return std::make_shared<io::read_op>(io::io_engine(), std::move(path), options, receiver);
+std::shared_ptr<npy_read_operation> make_read_npy_op(std::filesystem::path path, const npy_read_options& options) {
+    return std::make_shared<io::read_op>(io::io_engine(), std::move(path), options);
 }
 
 }  // namespace detail

@@ -44,10 +44,10 @@ std::string random_suffix() {
     return s;
 }
 
-class write_op final : public op_base, public std::enable_shared_from_this<write_op> {
+class write_op final : public op_base, public npy_write_operation, public std::enable_shared_from_this<write_op> {
 public:
-    write_op(file_engine& engine, std::filesystem::path path, const_tensor_view view, npy_write_receiver& receiver)
-        : op_base(engine), path_(std::move(path)), view_(view), receiver_(&receiver) {
+    write_op(file_engine& engine, std::filesystem::path path, const_tensor_view view)
+        : op_base(engine), path_(std::move(path)), view_(view) {
         const std::size_t rank = view_.rank();
         if (view_.size() == 0 || view_.is_contiguous()) {
             source_ = static_cast<const unsigned char*>(view_.data());
@@ -62,6 +62,8 @@ public:
         dir_ = path_.parent_path();
         if (dir_.empty()) dir_ = ".";
     }
+
+    void bind(npy_write_receiver& receiver) noexcept override { receiver_ = &receiver; }
 
     void start() noexcept override {
         self_ = shared_from_this();
@@ -244,7 +246,7 @@ private:
 
     std::filesystem::path path_;
     const_tensor_view view_;
-    npy_write_receiver* receiver_;
+    npy_write_receiver* receiver_ = nullptr;  // bound once, before start
     std::shared_ptr<write_op> self_;
     std::filesystem::path dir_;
     std::filesystem::path temp_;  // the named temporary, while one exists
@@ -269,9 +271,8 @@ void set_io_force_named_temp(bool force) noexcept { force_named_temp.store(force
 
 namespace detail {
 
-std::shared_ptr<npy_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view,
-                                                 npy_write_receiver& receiver) {
-    return std::make_shared<io::write_op>(io::io_engine(), std::move(path), view, receiver);
+std::shared_ptr<npy_write_operation> make_write_npy_op(std::filesystem::path path, const_tensor_view view) {
+    return std::make_shared<io::write_op>(io::io_engine(), std::move(path), view);
 }
 
 }  // namespace detail

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -65,70 +66,99 @@ struct scratch_dir {
 };
 
 /// async_write_npy over an existing file, or async_read_npy, on the process's
-/// engine (io_uring where the kernel allows it) or the pread/pwrite pool.
-scenario npy(bool write, bool pool_engine) {
-    return {
-        std::string("npy/") + (write ? "write" : "read") + (pool_engine ? "/pool" : "/default"),
-        [write, pool_engine](const run_config& c, verdict& v, std::uint64_t& injected) {
-            if (pool_engine) setenv("TENFERRO_IO_URING", "0", 1);  // before the engine is chosen
-            scratch_dir dir;
-            const std::filesystem::path file = dir.path / "t.npy";
-            asio::io_context io;
-            std::vector<float> old_values(1000, 1.0f), new_values(1000, 2.0f);
-            const tensor old_t = tensor::from(std::span<const float>(old_values), {10, 100});
-            const tensor new_t = tensor::from(std::span<const float>(new_values), {10, 100});
-            std::atomic<int> completions{0}, ok{0};
-            std::atomic<bool> wrong_data{false};
-            asio::co_spawn(
-                io, [&]() -> asio::awaitable<void> { co_await async_write_npy(io.get_executor(), file, old_t); },
-                asio::detached);
-            drive(
-                io, v, [&] { return std::filesystem::exists(file); }, 5s);
-            drive(
-                io, v, [] { return false; }, 2ms);
-            const std::string old_bytes = file_bytes(file);
-            if (old_bytes.empty()) v.fail("set-up: the first write failed");
-            arm(c);
-            bool threw = false;
-            try {
+/// engine (io_uring where the kernel allows it) or the pread/pwrite pool;
+/// with a callback, or `co_await`ed with the default token (`awaited`), whose
+/// initiation Asio runs inside a noexcept function: the failure must arrive at
+/// the co_await, as an exception.
+scenario npy(bool write, bool pool_engine, bool awaited = false) {
+    return {std::string("npy/") + (write ? "write" : "read") + (pool_engine ? "/pool" : "/default") +
+                (awaited ? "/awaited" : ""),
+            [write, pool_engine, awaited](const run_config& c, verdict& v, std::uint64_t& injected) {
+                if (pool_engine) setenv("TENFERRO_IO_URING", "0", 1);  // before the engine is chosen
+                scratch_dir dir;
+                const std::filesystem::path file = dir.path / "t.npy";
+                asio::io_context io;
+                std::vector<float> old_values(1000, 1.0f), new_values(1000, 2.0f);
+                const tensor old_t = tensor::from(std::span<const float>(old_values), {10, 100});
+                const tensor new_t = tensor::from(std::span<const float>(new_values), {10, 100});
+                std::atomic<int> completions{0}, ok{0};
+                std::atomic<bool> wrong_data{false};
+                asio::co_spawn(
+                    io, [&]() -> asio::awaitable<void> { co_await async_write_npy(io.get_executor(), file, old_t); },
+                    asio::detached);
+                drive(
+                    io, v, [&] { return std::filesystem::exists(file); }, 5s);
+                drive(
+                    io, v, [] { return false; }, 2ms);
+                const std::string old_bytes = file_bytes(file);
+                if (old_bytes.empty()) v.fail("set-up: the first write failed");
+                bool threw = false;
+                if (awaited) {
+                    asio::co_spawn(
+                        io,
+                        [&]() -> asio::awaitable<void> {
+                            arm(c);
+                            try {
+                                if (write) {
+                                    co_await async_write_npy(io.get_executor(), file, new_t);
+                                } else {
+                                    const tensor t = co_await async_read_npy(io.get_executor(), file);
+                                    if (t.size() != 1000 || t.data<float>()[999] != 1.0f) wrong_data = true;
+                                }
+                                ok.fetch_add(1);
+                            } catch (const std::bad_alloc&) {
+                            // delivered at the co_await: allowed
+                            } catch (const std::system_error&) {
+                            // an error code, named with the path
+                            }
+                            completions.fetch_add(1);
+                        },
+                        asio::detached);
+                } else
+                    try {
+                        arm(c);
+                        if (write) {
+                            async_write_npy(io.get_executor(), file, new_t,
+                                            asio::bind_executor(io, [&](asio_error_code ec) {
+                                                if (!ec) ok.fetch_add(1);
+                                                completions.fetch_add(1);
+                                            }));
+                        } else {
+                            async_read_npy(io.get_executor(), file,
+                                           asio::bind_executor(io, [&](asio_error_code ec, tensor t) {
+                                               if (!ec) {
+                                                   ok.fetch_add(1);
+                                                   if (t.size() != 1000 || t.data<float>()[999] != 1.0f)
+                                                       wrong_data = true;
+                                               }
+                                               completions.fetch_add(1);
+                                           }));
+                        }
+                    } catch (const std::bad_alloc&) {
+                        threw = true;
+                    }
+                const int expected = threw ? 0 : 1;
+                if (!drive(
+                        io, v, [&] { return completions.load() >= expected && af::window_closed(); }, 10s))
+                    v.fail("no completion after 10 s");
+                const std::uint64_t events = af::disarm();
+                injected = af::failures();
+                drive(
+                    io, v, [] { return false; }, 5ms);
+                if (completions.load() != expected)
+                    v.fail("completed %d times, expected %d", completions.load(), expected);
+                if (wrong_data) v.fail("read completed with the wrong data");
                 if (write) {
-                    async_write_npy(io.get_executor(), file, new_t, asio::bind_executor(io, [&](asio_error_code ec) {
-                                        if (!ec) ok.fetch_add(1);
-                                        completions.fetch_add(1);
-                                    }));
-                } else {
-                    async_read_npy(io.get_executor(), file, asio::bind_executor(io, [&](asio_error_code ec, tensor t) {
-                                       if (!ec) {
-                                           ok.fetch_add(1);
-                                           if (t.size() != 1000 || t.data<float>()[999] != 1.0f) wrong_data = true;
-                                       }
-                                       completions.fetch_add(1);
-                                   }));
+                    const std::string now = file_bytes(file);
+                    if (ok.load() == 1) {
+                        if (now == old_bytes) v.fail("the write reported success and left the old file");
+                    } else if (now != old_bytes) {
+                        v.fail("a failed write changed the file (%zu bytes, was %zu)", now.size(), old_bytes.size());
+                    }
+                    if (dir.entries() != 1) v.fail("%zu entries in the directory: a temporary was left", dir.entries());
                 }
-            } catch (const std::bad_alloc&) {
-                threw = true;
-            }
-            const int expected = threw ? 0 : 1;
-            if (!drive(
-                    io, v, [&] { return completions.load() >= expected && af::window_closed(); }, 10s))
-                v.fail("no completion after 10 s");
-            const std::uint64_t events = af::disarm();
-            injected = af::failures();
-            drive(
-                io, v, [] { return false; }, 5ms);
-            if (completions.load() != expected) v.fail("completed %d times, expected %d", completions.load(), expected);
-            if (wrong_data) v.fail("read completed with the wrong data");
-            if (write) {
-                const std::string now = file_bytes(file);
-                if (ok.load() == 1) {
-                    if (now == old_bytes) v.fail("the write reported success and left the old file");
-                } else if (now != old_bytes) {
-                    v.fail("a failed write changed the file (%zu bytes, was %zu)", now.size(), old_bytes.size());
-                }
-                if (dir.entries() != 1) v.fail("%zu entries in the directory: a temporary was left", dir.entries());
-            }
-            return events;
-        }};
+                return events;
+            }};
 }
 
 }  // namespace
@@ -136,8 +166,10 @@ scenario npy(bool write, bool pool_engine) {
 std::vector<scenario> npy_scenarios() {
     std::vector<scenario> s;
     for (bool pool : {false, true}) {
-        s.push_back(npy(false, pool));
-        s.push_back(npy(true, pool));
+        for (bool awaited : {false, true}) {
+            s.push_back(npy(false, pool, awaited));
+            s.push_back(npy(true, pool, awaited));
+        }
     }
     return s;
 }

@@ -497,18 +497,6 @@ struct packed_options {
 };
 static_assert(sizeof(packed_options) == 24);
 
-/// The check of an S19 reservation against the block the initiation then
-/// allocates: when they differ, the static_assert fails and the compiler's
-/// "in instantiation of" line names both sizes.
-template <std::size_t Reserved, std::size_t Allocated>
-struct s19_reservation {
-    static_assert(Reserved == Allocated,
-                  "tenferro: the op block reserved before this use_awaitable initiation (S19) is not the block it "
-                  "allocates: this Asio lays out the token's completion handler otherwise than "
-                  "detail/admission/entry_awaitable.hpp models it (docs/asio-detail-pins.md)");
-    static constexpr bool checked = true;
-};
-
 /// The initiation object handed to `asio::async_initiate`. `TryInline` is
 /// false when the caller has just asked the queue for an inline grant and was
 /// refused (awaitable_entry): not asking again saves a lock. A template

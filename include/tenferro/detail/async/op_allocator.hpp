@@ -37,6 +37,18 @@ void deallocate_op_memory(void* p, std::size_t size) noexcept;
 /// that Asio runs inside a noexcept function, S19).
 void reserve_op_memory(std::size_t size);
 
+/// The check of an S19 reservation against the block the initiation then
+/// allocates: when they differ, the static_assert fails and the compiler's
+/// "in instantiation of" line names both sizes.
+template <std::size_t Reserved, std::size_t Allocated>
+struct s19_reservation {
+    static_assert(Reserved == Allocated,
+                  "tenferro: the op block reserved before this use_awaitable initiation (S19) is not the block it "
+                  "allocates: this Asio lays out the token's completion handler otherwise than "
+                  "the library models it (docs/asio-detail-pins.md)");
+    static constexpr bool checked = true;
+};
+
 /// The allocator of ops whose handler names none: the per-thread cache.
 template <class T>
 struct op_allocator {
