@@ -108,7 +108,7 @@ scenario npy(bool write, bool pool_engine, bool awaited = false) {
                                 ok.fetch_add(1);
                             } catch (const std::bad_alloc&) {
                             // delivered at the co_await: allowed
-                            } catch (const std::system_error&) {
+                            } catch (const asio_system_error&) {
                             // an error code, named with the path
                             }
                             completions.fetch_add(1);
