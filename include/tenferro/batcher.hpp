@@ -133,8 +133,13 @@ public:
     /// Every Asio completion token; never completes inside this call.
     template <class CompletionToken = asio::use_awaitable_t<>>
     auto submit(In item, CompletionToken&& token = {}) {
-        return asio::async_initiate<CompletionToken, void(std::exception_ptr, session_result<Out>)>(
-            detail::initiate_submit<In, Out>{core_}, token, std::move(item));
+        // S19: with a token whose initiation Asio runs inside a noexcept
+        // function (use_awaitable), the item's block is reserved here, where
+        // a failure still reaches the caller (at its co_await).
+        constexpr std::size_t reserved = detail::reserved_submit_bytes<CompletionToken, In, Out>();
+        if constexpr (reserved != 0) detail::reserve_op_memory(reserved);
+        return asio::async_initiate<CompletionToken, detail::submit_signature<Out>>(
+            detail::initiate_submit<In, Out, reserved>{core_}, token, std::move(item));
     }
 
     /// A consistent snapshot of the counters.

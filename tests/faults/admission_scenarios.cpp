@@ -325,13 +325,15 @@ scenario custom_backend(placement where) {
             }};
 }
 
-enum class batch_kind { sync, async, delayed, cancel, destroyed };
+enum class batch_kind { sync, async, delayed, cancel, destroyed, awaited };
 
 /// Three items submitted to a batcher: synchronous or asynchronous body, a
 /// timer policy (max_delay), one item cancelled, or the batcher destroyed
-/// right after the submits.
+/// right after the submits; or three coroutines that `co_await` a submit each
+/// (`awaited`: the initiation runs inside Asio's noexcept function, so a
+/// failure must arrive at the co_await).
 scenario batcher_submit(batch_kind kind) {
-    const char* kinds[] = {"sync", "async", "delayed", "cancel", "destroyed"};
+    const char* kinds[] = {"sync", "async", "delayed", "cancel", "destroyed", "awaited"};
     return {std::string("batcher/") + kinds[static_cast<int>(kind)],
             [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
                 asio::io_context io;
@@ -354,24 +356,44 @@ scenario batcher_submit(batch_kind kind) {
                         return std::vector<int>(items.begin(), items.end());
                     });
                 }
+                // An awaited item's coroutine (a named lambda: the coroutines
+                // refer to it until they end, within finish()).
+                auto awaited_item = [&](int i) -> asio::awaitable<void> {
+                    try {
+                        session_result<int> r = co_await b->submit(i);
+                        if (r && *r != i) wrong.fetch_add(1);
+                        p.record(nullptr, r, io.get_executor().running_in_this_thread());
+                    } catch (...) {
+                        p.record_exception();  // delivered at the co_await: allowed
+                    }
+                };
                 asio::cancellation_signal cancel;
                 int submitted = 0;
-                arm(c);
-                try {
-                    for (int i = 1; i <= 3; ++i) {
-                        auto handler = asio::bind_executor(io, [&, i](std::exception_ptr e, session_result<int> r) {
-                            if (!e && r && *r != i) wrong.fetch_add(1);
-                            p.record(e, r, io.get_executor().running_in_this_thread());
-                        });
-                        if (kind == batch_kind::cancel && i == 3)
-                            b->submit(i, asio::bind_cancellation_slot(cancel.slot(), std::move(handler)));
-                        else
-                            b->submit(i, std::move(handler));
-                        ++submitted;
+                if (kind == batch_kind::awaited) {
+                    // The spawns and the coroutines' frames are the test's
+                    // allocations, made before the fault is armed (each
+                    // awaitable made here, spawned as a value); the fault is
+                    // armed by a function queued ahead of them.
+                    asio::post(io, [&] { arm(c); });
+                    for (int i = 1; i <= 3; ++i) asio::co_spawn(io, awaited_item(i), asio::detached);
+                    submitted = 3;
+                } else
+                    try {
+                        arm(c);
+                        for (int i = 1; i <= 3; ++i) {
+                            auto handler = asio::bind_executor(io, [&, i](std::exception_ptr e, session_result<int> r) {
+                                if (!e && r && *r != i) wrong.fetch_add(1);
+                                p.record(e, r, io.get_executor().running_in_this_thread());
+                            });
+                            if (kind == batch_kind::cancel && i == 3)
+                                b->submit(i, asio::bind_cancellation_slot(cancel.slot(), std::move(handler)));
+                            else
+                                b->submit(i, std::move(handler));
+                            ++submitted;
+                        }
+                    } catch (const std::bad_alloc&) {
+                        // An item whose submit threw was not queued; the earlier ones complete.
                     }
-                } catch (const std::bad_alloc&) {
-                    // An item whose submit threw was not queued; the earlier ones complete.
-                }
                 if (kind == batch_kind::cancel) cancel.emit(asio::cancellation_type::terminal);
                 if (kind == batch_kind::destroyed) b.reset();
                 const std::uint64_t events = finish(io, cpu, p, v, injected, submitted);
@@ -442,7 +464,8 @@ std::vector<scenario> admission_scenarios() {
     s.push_back(entry_poisoned());
     s.push_back(with_asio_internal(scope_with_sessions(false)));
     s.push_back(with_asio_internal(scope_with_sessions(true)));
-    for (batch_kind k : {batch_kind::sync, batch_kind::delayed, batch_kind::cancel, batch_kind::destroyed})
+    for (batch_kind k :
+         {batch_kind::sync, batch_kind::delayed, batch_kind::cancel, batch_kind::destroyed, batch_kind::awaited})
         s.push_back(batcher_submit(k));
     s.push_back(with_asio_internal(batcher_submit(batch_kind::async)));
     return s;

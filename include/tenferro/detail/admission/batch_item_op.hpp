@@ -22,11 +22,22 @@
 #include "tenferro/detail/async/handoff_retry.hpp"
 #include "tenferro/detail/async/initiation_failure.hpp"
 #include "tenferro/detail/async/library_context.hpp"
+#include "tenferro/detail/async/noexcept_initiation.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_work.hpp"
 #include "tenferro/session_entry_error.hpp"
 
 namespace tenferro::detail {
+
+template <class Handler, class In, class Out>
+class batch_item_op;
+
+/// batch_item_op as a template of the handler alone.
+template <class In, class Out>
+struct item_op_for {
+    template <class Handler>
+    using type = batch_item_op<Handler, In, Out>;
+};
 
 /// The typed half of an item: the handler and its tracked work.
 template <class Handler, class In, class Out>
@@ -118,8 +129,21 @@ private:
     Handler handler_;                     // built last (the constructor)
 };
 
-/// `batcher::submit`'s initiation.
-template <class In, class Out>
+/// The signature `batcher::submit` completes with.
+template <class Out>
+using submit_signature = void(std::exception_ptr, session_result<Out>);
+
+/// The bytes `batcher::submit` reserves before initiating with `Token` (S19):
+/// the item's block for the handler Asio makes, 0 when the initiation may throw.
+template <class Token, class In, class Out>
+constexpr std::size_t reserved_submit_bytes() noexcept {
+    return reserved_op_bytes<Token, item_op_for<In, Out>::template type, submit_signature<Out>>();
+}
+
+/// `batcher::submit`'s initiation. `Reserved`: the bytes reserved for the
+/// item's block beforehand (reserved_submit_bytes; 0: none), checked against
+/// the handler Asio actually passes.
+template <class In, class Out, std::size_t Reserved = 0>
 struct initiate_submit {
     std::shared_ptr<batcher_core> core;
 
@@ -132,6 +156,7 @@ struct initiate_submit {
     template <class Handler>
     void operator()(Handler&& handler, In item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
+        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(op_type)>::checked);
         op_type* op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
         if (op == nullptr) return;  // completes with the failure (launch)
         // S7: submit is an entry. Inside a running session (a synchronous body
@@ -149,10 +174,14 @@ struct initiate_submit {
                                           "batcher::submit inside an execution scope: a batch session is not "
                                           "one of the scope's sessions");
         try {
-            op->connect_cancellation();  // out of memory: submit throws, nothing queued
+            op->connect_cancellation();
         } catch (...) {
-            op->discard();
-            throw;
+            // Out of memory for the slot's handler: rejected (counted), not
+            // queued, completed by post; never a throw here, which Asio may
+            // run inside a noexcept function (S19).
+            return core->reject_at_submit(*op, session_entry_errc::executor,
+                                          compose_detail({"out of memory for the item's cancellation handler; it "
+                                                          "was not queued"}));
         }
         core->enqueue(*op);
     }
