@@ -92,6 +92,7 @@
 #include <boost/asio/require.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 // For BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below):
 // its default is defined there, in a header of asio/detail (a pinned use,
 // docs/asio-detail-pins.md).
@@ -162,6 +163,7 @@ inline std::error_code from_asio_error_code(const asio_error_code& ec) noexcept 
 #include <asio/require.hpp>
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 // For ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE's value (the check below): its
 // default is defined there, in a header of asio/detail (a pinned use,
 // docs/asio-detail-pins.md).

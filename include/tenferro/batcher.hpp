@@ -139,7 +139,8 @@ public:
         constexpr std::size_t reserved = detail::reserved_submit_bytes<CompletionToken, In, Out>();
         if constexpr (reserved != 0) detail::reserve_op_memory(reserved);
         return asio::async_initiate<CompletionToken, detail::submit_signature<Out>>(
-            detail::initiate_submit<In, Out, reserved>{core_}, token, std::move(item));
+            detail::initiate_submit<In, Out, reserved, detail::fails_inline_v<CompletionToken>>{core_}, token,
+            std::move(item));
     }
 
     /// A consistent snapshot of the counters.

@@ -58,6 +58,7 @@
 #include <limits>
 #include <memory>
 #include <memory_resource>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,7 @@
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/handoff_gate.hpp"
 #include "tenferro/detail/async/handoff_retry.hpp"
+#include "tenferro/detail/async/noexcept_initiation.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_work.hpp"
 #include "tenferro/npy_error.hpp"
@@ -225,10 +227,26 @@ void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, std:
     op->start();
 }
 
+/// Runs `launch()`; with `FailsInline` (use_future, fails_inline), an
+/// allocation failure thrown with the handler untouched completes it here, with
+/// `not_enough_memory`, instead of destroying it uncalled.
+template <bool FailsInline, class... Rest, class Handler, class Launch>
+void launch_or_fail_inline(Handler& handler, Launch launch) {
+    if constexpr (FailsInline) {
+        try {
+            launch();
+        } catch (const std::bad_alloc&) {
+            std::move(handler)(to_asio_error_code(std::make_error_code(std::errc::not_enough_memory)), Rest{}...);
+        }
+    } else {
+        launch();
+    }
+}
+
 /// The initiations expose the I/O executor the caller named, as Asio's I/O
 /// objects do: the default for a handler with no executor of its own, and
 /// where Asio's adapters (cancel_after's timer) put theirs.
-template <class IoExecutor>
+template <class IoExecutor, bool FailsInline = false>
 struct initiate_read_npy {
     IoExecutor io_executor;
 
@@ -238,11 +256,14 @@ struct initiate_read_npy {
     template <class Handler>
     void operator()(Handler&& handler, std::filesystem::path path, const npy_read_options& options) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_read_receiver, tensor>;
-        launch_npy_operation<completion>(std::move(handler), io_executor, make_read_npy_op(std::move(path), options));
+        launch_or_fail_inline<FailsInline, tensor>(handler, [&] {
+            launch_npy_operation<completion>(std::move(handler), io_executor,
+                                             make_read_npy_op(std::move(path), options));
+        });
     }
 };
 
-template <class IoExecutor>
+template <class IoExecutor, bool FailsInline = false>
 struct initiate_write_npy {
     IoExecutor io_executor;
 
@@ -252,7 +273,9 @@ struct initiate_write_npy {
     template <class Handler>
     void operator()(Handler&& handler, std::filesystem::path path, const_tensor_view view) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, npy_write_receiver>;
-        launch_npy_operation<completion>(std::move(handler), io_executor, make_write_npy_op(std::move(path), view));
+        launch_or_fail_inline<FailsInline>(handler, [&] {
+            launch_npy_operation<completion>(std::move(handler), io_executor, make_write_npy_op(std::move(path), view));
+        });
     }
 };
 
@@ -373,7 +396,8 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, const 
         return detail::read_npy_awaitable<awaitable_executor>(executor, std::move(path), options);
     } else {
         return asio::async_initiate<CompletionToken, void(asio_error_code, tensor)>(
-            detail::initiate_read_npy<Executor>{executor}, token, std::move(path), options);
+            detail::initiate_read_npy<Executor, detail::fails_inline_v<CompletionToken>>{executor}, token,
+            std::move(path), options);
     }
 }
 
@@ -408,7 +432,8 @@ auto async_write_npy(const Executor& executor, std::filesystem::path path, const
         return detail::write_npy_awaitable<awaitable_executor>(executor, std::move(path), view);
     } else {
         return asio::async_initiate<CompletionToken, void(asio_error_code)>(
-            detail::initiate_write_npy<Executor>{executor}, token, std::move(path), view);
+            detail::initiate_write_npy<Executor, detail::fails_inline_v<CompletionToken>>{executor}, token,
+            std::move(path), view);
     }
 }
 

@@ -238,8 +238,8 @@ public:
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
             detail::initiate_entry<
                 detail::entry_kind::scope, detail::no_opener, true,
-                detail::reserved_initiation_bytes<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>()>{
-                core_, options, {}},
+                detail::reserved_initiation_bytes<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>(),
+                detail::fails_inline_v<CompletionToken>>{core_, options, {}},
             token, std::forward<F>(body));
     }
 
@@ -297,8 +297,8 @@ protected:
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
             detail::initiate_entry<
                 detail::entry_kind::session, Opener, true,
-                detail::reserved_initiation_bytes<token_type, detail::entry_kind::session, Opener, F>()>{
-                core_, options, std::move(opener)},
+                detail::reserved_initiation_bytes<token_type, detail::entry_kind::session, Opener, F>(),
+                detail::fails_inline_v<token_type>>{core_, options, std::move(opener)},
             token, std::forward<F>(f));
     }
 

@@ -1,9 +1,15 @@
+#include <tenferro/batcher.hpp>
 #include <tenferro/cpu_backend.hpp>
 
+#include <chrono>
 #include <future>
+#include <memory>
+#include <new>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <variant>
+#include <vector>
 #include <catch2/catch.hpp>
 #include "test_asio.hpp"
 
@@ -31,6 +37,67 @@ TEST_CASE("use_future: the value, an admission error, and the body's exception")
     CHECK(v.get().has_value());
     TENFERRO_CHECK_SESSIONS_OPENED(cpu, 3);
     TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
+}
+
+namespace {
+
+/// An allocator that refuses (throws std::bad_alloc for) every block larger
+/// than `limit` bytes while `refusing`: the promise's small state is served,
+/// an operation's block is not. Counts its refusals.
+struct refusal_state {
+    bool refusing = true;
+    std::size_t limit = 128;
+    int refused = 0;
+};
+
+template <class T>
+struct refusing_allocator {
+    using value_type = T;
+    std::shared_ptr<refusal_state> s;
+    explicit refusing_allocator(std::shared_ptr<refusal_state> st) : s(std::move(st)) {}
+    template <class U>
+    refusing_allocator(const refusing_allocator<U>& o) noexcept : s(o.s) {}  // NOLINT
+    T* allocate(std::size_t n) {
+        if (s->refusing && n * sizeof(T) > s->limit) {
+            ++s->refused;
+            throw std::bad_alloc();
+        }
+        return std::allocator<T>().allocate(n);
+    }
+    void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+    template <class U>
+    bool operator==(const refusing_allocator<U>& o) const noexcept {
+        return s == o.s;
+    }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "S19 with use_future: an entry or a submit whose op cannot be allocated completes the future with bad_alloc") {
+    // use_future's allocator makes the promise's state (served) and the op's
+    // block (refused). The initiating function must not throw then: the
+    // handler, destroyed uncalled, would break its promise, whose error
+    // libstdc++ allocates inside a noexcept destructor. It completes the
+    // future with the bad_alloc instead.
+    test_host cpu({.permits = 1});
+    auto st = std::make_shared<refusal_state>();
+    const asio::use_future_t<refusing_allocator<void>> token(refusing_allocator<void>{st});
+    std::optional<std::future<session_result<int>>> f;
+    REQUIRE_NOTHROW(f.emplace(cpu.with_backend_session([](test_session&) { return 5; }, token)));
+    CHECK(st->refused == 1);
+    REQUIRE(f->wait_for(std::chrono::seconds(0)) == std::future_status::ready);  // completed inside
+    CHECK_THROWS_AS(f->get(), std::bad_alloc);
+    batcher<test_host, int, int> b(
+        cpu, {}, [](test_session&, std::span<int> items) { return std::vector<int>(items.begin(), items.end()); });
+    std::optional<std::future<session_result<int>>> g;
+    REQUIRE_NOTHROW(g.emplace(b.submit(1, token)));
+    CHECK(st->refused == 2);
+    CHECK_THROWS_AS(g->get(), std::bad_alloc);
+    CHECK(b.stats().submitted == 0);
+    // Nothing was queued or held: the host serves the next entry.
+    CHECK(cpu.with_backend_session([](test_session&) { return 6; }, asio::use_future).get().value() == 6);
+    CHECK(cpu.stats().available == 1);
 }
 
 TEST_CASE("A plain callback receives (exception_ptr, session_result)") {

@@ -20,6 +20,8 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -354,6 +356,79 @@ TEST_CASE("io: use_awaitable returns the tensor and throws system_error naming t
     CHECK(tuple_ec == sys(ENOENT));
     CHECK(write_what.find("async_write_npy") != std::string::npos);
     CHECK(write_what.find("nope") != std::string::npos);
+}
+
+namespace {
+
+/// use_future's allocator: serves `allowed` allocations (all, while negative),
+/// then refuses (std::bad_alloc). The promise's state is allocated first, the
+/// operation's completion block last: allowing one less than a normal run
+/// takes refuses the completion's block only.
+struct ration {
+    int allowed = -1;
+    int made = 0;
+    int refused = 0;
+};
+template <class T>
+struct rationed_allocator {
+    using value_type = T;
+    std::shared_ptr<ration> r;
+    explicit rationed_allocator(std::shared_ptr<ration> x) : r(std::move(x)) {}
+    template <class U>
+    rationed_allocator(const rationed_allocator<U>& o) noexcept : r(o.r) {}  // NOLINT
+    T* allocate(std::size_t n) {
+        if (r->allowed >= 0 && r->made >= r->allowed) {
+            ++r->refused;
+            throw std::bad_alloc();
+        }
+        ++r->made;
+        return std::allocator<T>().allocate(n);
+    }
+    void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+    template <class U>
+    bool operator==(const rationed_allocator<U>& o) const noexcept {
+        return r == o.r;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("io: S19 with use_future: a read or write whose completion cannot be allocated fails its future") {
+    // Not a throw from the initiating function: the handler, destroyed
+    // uncalled, would break its promise (libstdc++ allocates that error inside
+    // a noexcept destructor). The future reports not_enough_memory.
+    scratch_dir dir;
+    const tensor x = make_tensor(dtype::f64, std::vector<std::int64_t>{3});
+    const fs::path p = dir / "a.npy", q = dir / "b.npy";
+    asio::io_context io;
+    auto st = std::make_shared<ration>();
+    const asio::use_future_t<rationed_allocator<void>> token(rationed_allocator<void>{st});
+    // A normal run of each, to count the allocations.
+    async_write_npy(io.get_executor(), p, x, token).get();
+    const int write_allocations = std::exchange(st->made, 0);
+    (void)async_read_npy(io.get_executor(), p, token).get();
+    const int read_allocations = std::exchange(st->made, 0);
+    REQUIRE(write_allocations >= 2);
+    REQUIRE(read_allocations >= 2);
+
+    st->allowed = write_allocations - 1;
+    std::optional<std::future<void>> w;
+    REQUIRE_NOTHROW(w.emplace(async_write_npy(io.get_executor(), q, x, token)));
+    CHECK(st->refused == 1);
+    asio_error_code ec;
+    try {
+        w->get();
+    } catch (const tenferro::asio_system_error& e) {
+        ec = e.code();
+    }
+    CHECK(ec.value() == ENOMEM);
+    CHECK_FALSE(fs::exists(q));  // never started
+    st->made = 0;
+    st->allowed = read_allocations - 1;
+    std::optional<std::future<tensor>> r;
+    REQUIRE_NOTHROW(r.emplace(async_read_npy(io.get_executor(), p, token)));
+    CHECK(st->refused == 2);
+    CHECK_THROWS_AS(r->get(), tenferro::asio_system_error);
 }
 
 TEST_CASE("io: use_future, and the handler runs on its associated executor, never inline") {

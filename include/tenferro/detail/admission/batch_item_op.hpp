@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -142,8 +143,10 @@ constexpr std::size_t reserved_submit_bytes() noexcept {
 
 /// `batcher::submit`'s initiation. `Reserved`: the bytes reserved for the
 /// item's block beforehand (reserved_submit_bytes; 0: none), checked against
-/// the handler Asio actually passes.
-template <class In, class Out, std::size_t Reserved = 0>
+/// the handler Asio actually passes. `FailsInline`: a token whose handler
+/// completes here when the item's block cannot be had (use_future,
+/// fails_inline).
+template <class In, class Out, std::size_t Reserved = 0, bool FailsInline = false>
 struct initiate_submit {
     std::shared_ptr<batcher_core> core;
 
@@ -157,7 +160,20 @@ struct initiate_submit {
     void operator()(Handler&& handler, In item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
         if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(op_type)>::checked);
-        op_type* op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
+        op_type* op = nullptr;
+        if constexpr (FailsInline) {
+            try {
+                op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
+            } catch (const std::bad_alloc&) {
+                // Thrown with the handler untouched: it completes now.
+                std::forward<Handler>(handler)(std::current_exception(),
+                                               session_result<Out>(tl::unexpected<session_entry_error>(
+                                                   session_entry_error(session_entry_errc::executor, {}))));
+                return;
+            }
+        } else {
+            op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
+        }
         if (op == nullptr) return;  // completes with the failure (launch)
         // S7: submit is an entry. Inside a running session (a synchronous body
         // on this thread, or an asynchronous one whose executor the handler

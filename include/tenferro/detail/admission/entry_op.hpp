@@ -33,6 +33,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -71,6 +72,11 @@ class entry_op final : public entry_base {
     using handler_executor = handler_executor_t<Handler>;
 
 public:
+    /// The result of an entry whose op could not be allocated.
+    static result_type out_of_memory_result() noexcept {
+        return result_type(tl::unexpected<session_entry_error>(entry_base::out_of_memory_error()));
+    }
+
     static_assert(Kind == entry_kind::session || traits::is_async,
                   "an execution scope body must return asio::awaitable<R>");
 
@@ -505,8 +511,10 @@ static_assert(sizeof(packed_options) == 24);
 /// to every parked entry. `Reserved`: the bytes reserved for the
 /// initiation's first block beforehand (S19, reserve_for_initiation; 0:
 /// none), computed from the token, which this checks against the handler
-/// Asio actually passes (entry_awaitable.hpp, noexcept_initiation).
-template <entry_kind Kind, class Opener, bool TryInline = true, std::size_t Reserved = 0>
+/// Asio actually passes (noexcept_initiation.hpp). `FailsInline`: a token
+/// whose handler completes here, rather than being destroyed uncalled, when
+/// the op's block cannot be had (use_future, fails_inline).
+template <entry_kind Kind, class Opener, bool TryInline = true, std::size_t Reserved = 0, bool FailsInline = false>
 struct initiate_entry {
     std::shared_ptr<host_core> core;
     packed_options packed;
@@ -528,7 +536,17 @@ struct initiate_entry {
             if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))
                 return;
         }
-        op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
+        if constexpr (FailsInline) {
+            try {
+                op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
+            } catch (const std::bad_alloc&) {
+                // Thrown with the handler untouched (launch moves it only
+                // into a block it has): it completes now, with this bad_alloc.
+                std::forward<Handler>(handler)(std::current_exception(), op::out_of_memory_result());
+            }
+        } else {
+            op::launch(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener);
+        }
     }
 };
 

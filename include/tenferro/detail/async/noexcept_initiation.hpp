@@ -69,6 +69,22 @@ struct noexcept_initiation<asio::redirect_error_t<Token>> : noexcept_initiation<
     static constexpr std::size_t wrapper_bytes = noexcept_initiation<Token>::wrapper_bytes + sizeof(asio_error_code*);
 };
 
+/// Tokens whose handler should rather complete inside the initiating function
+/// than be destroyed uncalled when the op's block cannot be had: use_future.
+/// Its handler's promise, destroyed unsatisfied, stores a broken_promise
+/// error, whose message libstdc++ allocates inside a noexcept destructor (the
+/// process ends when memory is out). Completed with the exception_ptr of the
+/// bad_alloc in flight (no allocation: the exception runtime already holds
+/// it), the promise is satisfied and the future reports the failure (S19).
+/// use_future's executor runs handlers inline anyway, so nobody can observe
+/// that the completion ran inside the initiating function.
+template <class Token>
+struct fails_inline : std::false_type {};
+template <class Allocator>
+struct fails_inline<asio::use_future_t<Allocator>> : std::true_type {};
+template <class Token>
+inline constexpr bool fails_inline_v = fails_inline<std::decay_t<Token>>::value;
+
 /// The bytes to reserve before initiating with `Token` an operation whose op,
 /// for the handler `H`, is `Op<H>`, completing with `Signature` (0 for a token
 /// of no noexcept_initiation).
