@@ -453,7 +453,7 @@ std::vector<scenario> admission_scenarios() {
         for (await_kind k : {await_kind::plain, await_kind::as_tuple, await_kind::queued})
             s.push_back(entry_awaited(where, k));
         s.push_back(with_asio_internal(entry_awaited(where, await_kind::async_body)));
-        s.push_back(with_asio_internal(entry_future(where)));
+        s.push_back(entry_future(where));
         s.push_back(entry_deferred(where));
         s.push_back(custom_backend(where));
     }
