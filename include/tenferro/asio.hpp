@@ -29,6 +29,8 @@
 ///    and `deferred` live in `asio::experimental` (from 1.24 in `asio`; the
 ///    experimental aliases are deprecated, and gone from 1.33);
 ///  - `TENFERRO_ASIO_HAS_CONSIGN`: 1 from Asio 1.26 (`consign`);
+///  - `TENFERRO_ASIO_HAS_IMMEDIATE_EXECUTOR`: 1 from Asio 1.28
+///    (`bind_immediate_executor`);
 ///  - `TENFERRO_ASIO_HAS_CANCEL_AFTER`: 1 from Asio 1.31 (`cancel_after`,
 ///    `cancel_at`).
 ///  - `TENFERRO_ASIO_MEMBER_EXECUTE`: 1 from Asio 1.26, where every standard
@@ -59,6 +61,7 @@
 #endif
 #define TENFERRO_ASIO_TOKENS_EXPERIMENTAL (TENFERRO_ASIO_VERSION < 102400)
 #define TENFERRO_ASIO_HAS_CONSIGN (TENFERRO_ASIO_VERSION >= 102600)
+#define TENFERRO_ASIO_HAS_IMMEDIATE_EXECUTOR (TENFERRO_ASIO_VERSION >= 102800)
 #define TENFERRO_ASIO_HAS_CANCEL_AFTER (TENFERRO_ASIO_VERSION >= 103100)
 #define TENFERRO_ASIO_MEMBER_EXECUTE (TENFERRO_ASIO_VERSION >= 102600)
 

@@ -279,8 +279,9 @@ struct initiate_write_npy {
     }
 };
 
-/// The initiation of the awaitable path, whose operation was made beforehand
-/// and whose completion's block was reserved (`Reserved` bytes): Asio runs it
+/// The initiation of the prepared paths (use_awaitable and its adapters), whose
+/// operation was made beforehand and whose completion's block was reserved
+/// (`Reserved` bytes; 0 when the handler names its own allocator): Asio runs it
 /// inside a noexcept function, and it allocates nothing but that block (S19).
 /// The reservation is checked against the handler Asio actually passes.
 template <class IoExecutor, class Operation, class Receiver, std::size_t Reserved, class... Rest>
@@ -294,32 +295,25 @@ struct initiate_prepared_npy {
     template <class Handler>
     void operator()(Handler&& handler) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, Receiver, Rest...>;
-        static_assert(s19_reservation<Reserved, sizeof(completion)>::checked);
+        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(completion)>::checked);
         launch_npy_operation<completion>(std::move(handler), io_executor, op);
     }
 };
 
-/// The layout of the handler Asio makes for `redirect_error(use_awaitable, ec)`
-/// around the awaitable's handler `Inner` (a type Asio keeps in asio::detail:
-/// the error code's reference, then the handler; docs/asio-detail-pins.md),
-/// with the same associated executor and allocator: what the S19 reservation
-/// of the awaitable path is computed from. Never built.
-template <class Inner>
-struct redirect_error_layout {
-    asio_error_code* ec;
-    Inner handler;
-    using executor_type = asio::associated_executor_t<Inner>;
-    executor_type get_executor() const noexcept;
+/// The completion of an operation completing with `void(asio_error_code, Rest...)`, as one
+/// template of the handler (what reserved_op_bytes computes the reservation from).
+template <class IoExecutor, class Receiver, class... Rest>
+struct npy_completion_for {
+    template <class Handler>
+    using type = npy_completion<Handler, IoExecutor, Receiver, Rest...>;
 };
 
-/// The completion block the awaitable path's initiation allocates: the
-/// completion for the redirect_error handler around use_awaitable's handler
-/// for `void(Rest...)`.
-template <class AwaitableExecutor, class IoExecutor, class Receiver, class... Rest>
+/// The completion block an initiation with `Token` (a token of noexcept_initiation)
+/// allocates: what the prepared paths reserve (0: the handler's own allocator).
+template <class Token, class IoExecutor, class Receiver, class... Rest>
 inline constexpr std::size_t prepared_npy_block_size =
-    sizeof(npy_completion<redirect_error_layout<typename asio::async_result<asio::use_awaitable_t<AwaitableExecutor>,
-                                                                            void(Rest...)>::handler_type>,
-                          IoExecutor, Receiver, Rest...>);
+    reserved_op_bytes<Token, npy_completion_for<IoExecutor, Receiver, Rest...>::template type,
+                      void(asio_error_code, Rest...)>();
 
 /// `function: 'path'`, the prefix of the exceptions thrown for `use_awaitable`.
 std::string npy_error_context(std::string_view function, const std::filesystem::path& path);
@@ -347,7 +341,7 @@ asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_exec
                                                               npy_read_options options) {
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    constexpr std::size_t reserved = prepared_npy_block_size<AwaitableExecutor, IoExecutor, npy_read_receiver, tensor>;
+    constexpr std::size_t reserved = prepared_npy_block_size<decltype(token), IoExecutor, npy_read_receiver, tensor>;
     using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
     prepare_handoff_retry();
     initiation init{io_executor, make_read_npy_op(path, options)};
@@ -363,13 +357,41 @@ asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_execu
                                                              const_tensor_view view) {
     asio_error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    constexpr std::size_t reserved = prepared_npy_block_size<AwaitableExecutor, IoExecutor, npy_write_receiver>;
+    constexpr std::size_t reserved = prepared_npy_block_size<decltype(token), IoExecutor, npy_write_receiver>;
     using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
     prepare_handoff_retry();
     initiation init{io_executor, make_write_npy_op(path, view)};
     reserve_op_memory(reserved);
     co_await asio::async_initiate<decltype(token), void(asio_error_code)>(std::move(init), token);
     if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
+}
+
+/// An adapter of use_awaitable (as_tuple, redirect_error, the binders, consign,
+/// cancel_after; noexcept_initiation): the operation is made and the
+/// completion's block reserved here, in the caller's coroutine before its
+/// co_await, where a failure is thrown to it (S19); the initiation that Asio
+/// runs inside a noexcept function then allocates nothing else.
+template <class Token, class IoExecutor>
+auto read_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path, const npy_read_options& options,
+                       Token&& token) {
+    constexpr std::size_t reserved =
+        prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_read_receiver, tensor>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
+    prepare_handoff_retry();
+    initiation init{io_executor, make_read_npy_op(std::move(path), options)};
+    if constexpr (reserved != 0) reserve_op_memory(reserved);
+    return asio::async_initiate<Token, void(asio_error_code, tensor)>(std::move(init), token);
+}
+
+template <class Token, class IoExecutor>
+auto write_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path, const_tensor_view view,
+                        Token&& token) {
+    constexpr std::size_t reserved = prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_write_receiver>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
+    prepare_handoff_retry();
+    initiation init{io_executor, make_write_npy_op(std::move(path), view)};
+    if constexpr (reserved != 0) reserve_op_memory(reserved);
+    return asio::async_initiate<Token, void(asio_error_code)>(std::move(init), token);
 }
 
 }  // namespace detail
@@ -394,6 +416,8 @@ auto async_read_npy(const Executor& executor, std::filesystem::path path, const 
     if constexpr (token_traits::value) {
         using awaitable_executor = typename token_traits::executor_type;
         return detail::read_npy_awaitable<awaitable_executor>(executor, std::move(path), options);
+    } else if constexpr (detail::noexcept_initiation<std::decay_t<CompletionToken>>::value) {
+        return detail::read_npy_prepared(executor, std::move(path), options, std::forward<CompletionToken>(token));
     } else {
         return asio::async_initiate<CompletionToken, void(asio_error_code, tensor)>(
             detail::initiate_read_npy<Executor, detail::fails_inline_v<CompletionToken>>{executor}, token,
@@ -430,6 +454,8 @@ auto async_write_npy(const Executor& executor, std::filesystem::path path, const
     if constexpr (token_traits::value) {
         using awaitable_executor = typename token_traits::executor_type;
         return detail::write_npy_awaitable<awaitable_executor>(executor, std::move(path), view);
+    } else if constexpr (detail::noexcept_initiation<std::decay_t<CompletionToken>>::value) {
+        return detail::write_npy_prepared(executor, std::move(path), view, std::forward<CompletionToken>(token));
     } else {
         return asio::async_initiate<CompletionToken, void(asio_error_code)>(
             detail::initiate_write_npy<Executor, detail::fails_inline_v<CompletionToken>>{executor}, token,

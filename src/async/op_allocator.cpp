@@ -46,10 +46,7 @@ struct thread_cache {
 TENFERRO_FAST_TLS constinit thread_local thread_cache cache{};
 
 void empty_thread_cache(void*) noexcept {
-    for (auto& b : cache.blocks) {
-        if (b.p != nullptr) ::operator delete(b.p);
-        b.p = nullptr;
-    }
+    empty_op_cache();
     // Ops freed later in this thread's exit (other keys' destructors) go
     // straight back to the heap.
     cache.state = thread_cache::phase::closed;
@@ -126,5 +123,12 @@ void reserve_op_memory(std::size_t size) {
 op_cache_record last_op_cache_record() noexcept { return cache.record; }
 
 void clear_op_cache_record() noexcept { cache.record = {}; }
+
+void empty_op_cache() noexcept {
+    for (auto& b : cache.blocks) {
+        if (b.p != nullptr) ::operator delete(b.p);
+        b.p = nullptr;
+    }
+}
 
 }  // namespace tenferro::detail

@@ -22,5 +22,9 @@ struct op_cache_record {
 op_cache_record last_op_cache_record() noexcept;
 /// Empties this thread's record.
 void clear_op_cache_record() noexcept;
+/// Frees the blocks this thread's cache keeps, so that the next op of this
+/// thread allocates (the fault loop: a warm-up run must not leave the block
+/// that the run under test is to reserve).
+void empty_op_cache() noexcept;
 
 }  // namespace tenferro::detail

@@ -14,6 +14,7 @@
 #include "test_asio.hpp"
 
 #include "spawn.hpp"
+#include "test_allocator.hpp"
 #include "test_host.hpp"
 #include "test_support.hpp"
 
@@ -39,40 +40,6 @@ TEST_CASE("use_future: the value, an admission error, and the body's exception")
     TENFERRO_CHECK_SESSIONS_CLOSED(cpu);
 }
 
-namespace {
-
-/// An allocator that refuses (throws std::bad_alloc for) every block larger
-/// than `limit` bytes while `refusing`: the promise's small state is served,
-/// an operation's block is not. Counts its refusals.
-struct refusal_state {
-    bool refusing = true;
-    std::size_t limit = 128;
-    int refused = 0;
-};
-
-template <class T>
-struct refusing_allocator {
-    using value_type = T;
-    std::shared_ptr<refusal_state> s;
-    explicit refusing_allocator(std::shared_ptr<refusal_state> st) : s(std::move(st)) {}
-    template <class U>
-    refusing_allocator(const refusing_allocator<U>& o) noexcept : s(o.s) {}  // NOLINT
-    T* allocate(std::size_t n) {
-        if (s->refusing && n * sizeof(T) > s->limit) {
-            ++s->refused;
-            throw std::bad_alloc();
-        }
-        return std::allocator<T>().allocate(n);
-    }
-    void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
-    template <class U>
-    bool operator==(const refusing_allocator<U>& o) const noexcept {
-        return s == o.s;
-    }
-};
-
-}  // namespace
-
 TEST_CASE(
     "S19 with use_future: an entry or a submit whose op cannot be allocated completes the future with bad_alloc") {
     // use_future's allocator makes the promise's state (served) and the op's
@@ -81,8 +48,10 @@ TEST_CASE(
     // libstdc++ allocates inside a noexcept destructor. It completes the
     // future with the bad_alloc instead.
     test_host cpu({.permits = 1});
-    auto st = std::make_shared<refusal_state>();
-    const asio::use_future_t<refusing_allocator<void>> token(refusing_allocator<void>{st});
+    // The promise's small state is served, an operation's block is not.
+    auto st = std::make_shared<tenferro::test::allocation_policy>();
+    st->refuse_above = 128;
+    const asio::use_future_t<tenferro::test::test_allocator<void>> token(tenferro::test::test_allocator<void>{st});
     std::optional<std::future<session_result<int>>> f;
     REQUIRE_NOTHROW(f.emplace(cpu.with_backend_session([](test_session&) { return 5; }, token)));
     CHECK(st->refused == 1);

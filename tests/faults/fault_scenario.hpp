@@ -9,14 +9,17 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <tenferro/tenferro.hpp>
 
 #include "alloc_fault.hpp"
+#include "async/op_cache_record.hpp"
 #include "fault_loop.hpp"
 #include "test_asio.hpp"
 
@@ -214,8 +217,82 @@ inline session_options opts(placement where, std::size_t permits = 1) { return {
 
 inline const char* placement_name(placement where) { return where == placement::compute ? "compute" : "caller"; }
 
-/// An entry whose callback is bound to an io_context (`bound`) or a plain
-/// lambda (its associated executor is the system executor).
+// ---------------------------------------------------------------------------
+// The adapters of use_awaitable an awaited operation runs under: the S19
+// reservation must be the block the initiation allocates for the handler each
+// makes (noexcept_initiation.hpp).
+// ---------------------------------------------------------------------------
+
+enum class adapter { bind_executor, bind_cancellation_slot, consign, cancel_after };
+
+inline const char* adapter_name(adapter a) {
+    const char* names[] = {"bind_executor", "bind_cancellation_slot", "consign", "cancel_after"};
+    return names[static_cast<int>(a)];
+}
+
+/// The adapters this Asio has.
+inline std::vector<adapter> adapters() {
+    std::vector<adapter> all{adapter::bind_executor, adapter::bind_cancellation_slot};
+#if TENFERRO_ASIO_HAS_CONSIGN
+    all.push_back(adapter::consign);
+#endif
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+    all.push_back(adapter::cancel_after);
+#endif
+    return all;
+}
+
+/// `co_await start(token)`, the token being `a` around `base` (use_awaitable,
+/// or a token over it). (This coroutine's frame is the test's allocation: out
+/// of memory, it throws at the caller's co_await, as the operation's own
+/// failures must.)
+template <class T, class Base, class Start>
+asio::awaitable<T> await_adapted(adapter a, Base base, Start start) {
+    switch (a) {
+    case adapter::bind_executor:
+        co_return co_await start(asio::bind_executor(co_await asio::this_coro::executor, std::move(base)));
+    case adapter::bind_cancellation_slot: {
+        asio::cancellation_signal signal;
+        co_return co_await start(asio::bind_cancellation_slot(signal.slot(), std::move(base)));
+    }
+    case adapter::consign:
+#if TENFERRO_ASIO_HAS_CONSIGN
+        co_return co_await start(asio::consign(std::move(base), 7));
+#else
+        break;
+#endif
+    case adapter::cancel_after:
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+    {
+        // On a timer of this coroutine's executor: the timer's wait and
+        // Asio's timed-cancel operation are then freed on this thread, into
+        // its recycling cache, where a warm-up run leaves them (warm_up).
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        co_return co_await start(asio::cancel_after(timer, std::chrono::hours(1), std::move(base)));
+    }
+#else
+        break;
+#endif
+    }
+    throw std::logic_error("await_adapted: an adapter this Asio lacks");
+}
+
+/// Whether `a` makes Asio allocate for itself before the operation's
+/// initiation (cancel_after: its timed-cancel operation and its timer's wait).
+/// Those are Asio's allocations, not the library's (docs/contract.md, S19): a
+/// scenario runs its operation once before the fault window (a warm-up), so
+/// that in the window Asio finds the blocks in this thread's recycling cache,
+/// and then empties the library's op cache (empty_op_cache), so that the
+/// library's own reservation is still made, and failed, in the window. Asio
+/// caches two blocks per thread and kind: at most two such operations may be
+/// in flight at once.
+inline bool needs_warm_up(adapter a) { return a == adapter::cancel_after; }
+
+/// `await_adapted` around use_awaitable itself.
+template <class T, class Start>
+asio::awaitable<T> await_adapted(adapter a, Start start) {
+    return await_adapted<T>(a, asio::use_awaitable, std::move(start));
+}
 
 /// The entries, scopes, custom backends and batcher submits (admission_scenarios.cpp).
 std::vector<scenario> admission_scenarios();

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <tenferro/tenferro.hpp>
@@ -70,10 +71,10 @@ struct scratch_dir {
 /// with a callback, or `co_await`ed with the default token (`awaited`), whose
 /// initiation Asio runs inside a noexcept function: the failure must arrive at
 /// the co_await, as an exception.
-scenario npy(bool write, bool pool_engine, bool awaited = false) {
+scenario npy(bool write, bool pool_engine, bool awaited = false, std::optional<adapter> adapted = std::nullopt) {
     return {std::string("npy/") + (write ? "write" : "read") + (pool_engine ? "/pool" : "/default") +
-                (awaited ? "/awaited" : ""),
-            [write, pool_engine, awaited](const run_config& c, verdict& v, std::uint64_t& injected) {
+                (awaited ? "/awaited" : "") + (adapted ? std::string("-") + adapter_name(*adapted) : std::string()),
+            [write, pool_engine, awaited, adapted](const run_config& c, verdict& v, std::uint64_t& injected) {
                 if (pool_engine) setenv("TENFERRO_IO_URING", "0", 1);  // before the engine is chosen
                 scratch_dir dir;
                 const std::filesystem::path file = dir.path / "t.npy";
@@ -97,19 +98,57 @@ scenario npy(bool write, bool pool_engine, bool awaited = false) {
                     asio::co_spawn(
                         io,
                         [&]() -> asio::awaitable<void> {
+                            if (adapted && needs_warm_up(*adapted)) {
+                                // The same operation once, unarmed (the write writes the old
+                                // values again): needs_warm_up.
+                                const auto base = tenferro::test::as_tuple(asio::use_awaitable);
+                                if (write)
+                                    (void)co_await await_adapted<std::tuple<asio_error_code>>(
+                                        *adapted, base, [&](auto token) {
+                                            return async_write_npy(io.get_executor(), file, old_t, std::move(token));
+                                        });
+                                else
+                                    (void)co_await await_adapted<std::tuple<asio_error_code, tensor>>(
+                                        *adapted, base, [&](auto token) {
+                                            return async_read_npy(io.get_executor(), file, std::move(token));
+                                        });
+                                detail::empty_op_cache();
+                            }
                             arm(c);
                             try {
-                                if (write) {
+                                // (An adapter's scenario awaits as_tuple(use_awaitable)
+                                // inside it: use_awaitable itself would have Asio make
+                                // the system_error of an error in its handler, where
+                                // Asio ends the process when that allocation fails;
+                                // docs/contract.md, S19.)
+                                const auto base = tenferro::test::as_tuple(asio::use_awaitable);
+                                if (write && adapted) {
+                                    auto [ec] = co_await await_adapted<std::tuple<asio_error_code>>(
+                                        *adapted, base, [&](auto token) {
+                                            return async_write_npy(io.get_executor(), file, new_t, std::move(token));
+                                        });
+                                    if (ec) throw asio_system_error(ec);
+                                } else if (write) {
                                     co_await async_write_npy(io.get_executor(), file, new_t);
                                 } else {
-                                    const tensor t = co_await async_read_npy(io.get_executor(), file);
-                                    if (t.size() != 1000 || t.data<float>()[999] != 1.0f) wrong_data = true;
+                                    std::optional<tensor> t;
+                                    if (adapted) {
+                                        auto [ec, read] = co_await await_adapted<std::tuple<asio_error_code, tensor>>(
+                                            *adapted, base, [&](auto token) {
+                                                return async_read_npy(io.get_executor(), file, std::move(token));
+                                            });
+                                        if (ec) throw asio_system_error(ec);
+                                        t.emplace(std::move(read));
+                                    } else {
+                                        t.emplace(co_await async_read_npy(io.get_executor(), file));
+                                    }
+                                    if (t->size() != 1000 || t->data<float>()[999] != 1.0f) wrong_data = true;
                                 }
                                 ok.fetch_add(1);
                             } catch (const std::bad_alloc&) {
-                            // delivered at the co_await: allowed
+                                // delivered at the co_await: allowed
                             } catch (const asio_system_error&) {
-                            // an error code, named with the path
+                                // an error code, named with the path
                             }
                             completions.fetch_add(1);
                         },
@@ -170,6 +209,12 @@ std::vector<scenario> npy_scenarios() {
             s.push_back(npy(false, pool, awaited));
             s.push_back(npy(true, pool, awaited));
         }
+    }
+    // Under each adapter of use_awaitable, on the pool engine (the engines'
+    // own allocations are the same as above).
+    for (adapter a : adapters()) {
+        s.push_back(npy(false, true, true, a));
+        s.push_back(npy(true, true, true, a));
     }
     return s;
 }

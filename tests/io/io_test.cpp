@@ -35,6 +35,7 @@
 #include "io/io_testing.hpp"
 #include "io/npy_format.hpp"
 #include "npy_test_support.hpp"
+#include "test_allocator.hpp"
 
 using namespace tenferro;
 using namespace tenferro::test::npy_io;
@@ -358,41 +359,6 @@ TEST_CASE("io: use_awaitable returns the tensor and throws system_error naming t
     CHECK(write_what.find("nope") != std::string::npos);
 }
 
-namespace {
-
-/// use_future's allocator: serves `allowed` allocations (all, while negative),
-/// then refuses (std::bad_alloc). The promise's state is allocated first, the
-/// operation's completion block last: allowing one less than a normal run
-/// takes refuses the completion's block only.
-struct ration {
-    int allowed = -1;
-    int made = 0;
-    int refused = 0;
-};
-template <class T>
-struct rationed_allocator {
-    using value_type = T;
-    std::shared_ptr<ration> r;
-    explicit rationed_allocator(std::shared_ptr<ration> x) : r(std::move(x)) {}
-    template <class U>
-    rationed_allocator(const rationed_allocator<U>& o) noexcept : r(o.r) {}  // NOLINT
-    T* allocate(std::size_t n) {
-        if (r->allowed >= 0 && r->made >= r->allowed) {
-            ++r->refused;
-            throw std::bad_alloc();
-        }
-        ++r->made;
-        return std::allocator<T>().allocate(n);
-    }
-    void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
-    template <class U>
-    bool operator==(const rationed_allocator<U>& o) const noexcept {
-        return r == o.r;
-    }
-};
-
-}  // namespace
-
 TEST_CASE("io: S19 with use_future: a read or write whose completion cannot be allocated fails its future") {
     // Not a throw from the initiating function: the handler, destroyed
     // uncalled, would break its promise (libstdc++ allocates that error inside
@@ -401,8 +367,11 @@ TEST_CASE("io: S19 with use_future: a read or write whose completion cannot be a
     const tensor x = make_tensor(dtype::f64, std::vector<std::int64_t>{3});
     const fs::path p = dir / "a.npy", q = dir / "b.npy";
     asio::io_context io;
-    auto st = std::make_shared<ration>();
-    const asio::use_future_t<rationed_allocator<void>> token(rationed_allocator<void>{st});
+    // use_future's allocator serves `allowed` allocations, then refuses. The
+    // promise's state is allocated first, the operation's completion block
+    // last: allowing one less than a normal run takes refuses that block only.
+    auto st = std::make_shared<tenferro::test::allocation_policy>();
+    const asio::use_future_t<tenferro::test::test_allocator<void>> token(tenferro::test::test_allocator<void>{st});
     // A normal run of each, to count the allocations.
     async_write_npy(io.get_executor(), p, x, token).get();
     const int write_allocations = std::exchange(st->made, 0);

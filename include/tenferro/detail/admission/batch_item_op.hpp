@@ -57,6 +57,16 @@ public:
         this->input.emplace(std::move(input));
     }
 
+    /// The result of an item that memory did not allow to submit (the
+    /// exception, `std::bad_alloc`, is the handler's first argument); its
+    /// detail text only if memory allows (compose_detail).
+    static session_result<Out> out_of_memory_result() noexcept {
+        return session_result<Out>(tl::unexpected<session_entry_error>(
+            session_entry_error(session_entry_errc::executor, {},
+                                compose_detail({"out of memory while submitting the item; it was not queued (the "
+                                                "exception is the first argument)"}))));
+    }
+
     /// Allocates the item with the handler's allocator and builds it. Out of
     /// memory for the block, the initiating function throws, nothing done;
     /// building it failed (tracking work on a type-erased executor may
@@ -70,11 +80,7 @@ public:
             ::new (static_cast<void*>(op)) batch_item_op(std::forward<H>(handler), std::move(core), std::move(input));
         } catch (...) {
             initiation_failure<Handler, batch_item_op, session_result<Out>>::complete_in(
-                op, std::forward<H>(handler), std::current_exception(),
-                session_result<Out>(tl::unexpected<session_entry_error>(
-                    session_entry_error(session_entry_errc::executor, {},
-                                        compose_detail({"out of memory while submitting the item; it was not "
-                                                        "queued (the exception is the first argument)"})))));
+                op, std::forward<H>(handler), std::current_exception(), out_of_memory_result());
             return nullptr;
         }
         return op;
@@ -166,9 +172,7 @@ struct initiate_submit {
                 op = op_type::launch(std::forward<Handler>(handler), core, std::move(item));
             } catch (const std::bad_alloc&) {
                 // Thrown with the handler untouched: it completes now.
-                std::forward<Handler>(handler)(std::current_exception(),
-                                               session_result<Out>(tl::unexpected<session_entry_error>(
-                                                   session_entry_error(session_entry_errc::executor, {}))));
+                std::forward<Handler>(handler)(std::current_exception(), op_type::out_of_memory_result());
                 return;
             }
         } else {

@@ -59,7 +59,8 @@ inline constexpr bool awaitable_entry_applies<asio::use_awaitable_t<Executor>, F
          std::is_nothrow_move_constructible_v<typename body_traits<F, typename Opener::session_type>::value_type>);
 
 /// The bytes reserve_for_initiation reserves for an entry with this token
-/// (0 for a token of no noexcept_initiation): the first block its initiation
+/// (0 for a token of no noexcept_initiation, or whose handler names its own
+/// allocator): the first block its initiation
 /// allocates (entry_op::initiation_block_size) for the handler Asio makes.
 template <class Token, entry_kind Kind, class Opener, class F>
 constexpr std::size_t reserved_initiation_bytes() noexcept {
@@ -69,8 +70,10 @@ constexpr std::size_t reserved_initiation_bytes() noexcept {
             std::conditional_t<Kind == entry_kind::session, typename Opener::session_type, execution_scope>;
         using R = typename body_traits<F, arg_type>::value_type;
         using handler = typename noexcept_initiation<token>::template handler<entry_signature<R>>;
-        return entry_op<handler, std::decay_t<F>, Kind, Opener>::initiation_block_size() +
-               noexcept_initiation<token>::wrapper_bytes;
+        if constexpr (allocates_from_op_cache<handler>)
+            return entry_op<handler, std::decay_t<F>, Kind, Opener>::initiation_block_size();
+        else
+            return 0;  // (the op comes from the handler's own allocator)
     } else {
         return 0;
     }
