@@ -264,7 +264,11 @@ TEST_CASE("dot_general_into: alpha and beta, beta == 0 does not read out, any ou
         const tensor b = tensor_of(t, random_values(20 * 19, -1, 1, 8), {20, 19});
         const reference ab = dot_reference(a, b, cfg);
         const std::vector<double> c0 = random_values(33 * 19, -1, 1, 9);
-        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, {2.5, 0.0}, {1.0, 1.0}, {-0.5, 2.0}, {0.0, 3.0}}) {
+        for (const std::pair<double, double> scales :
+             {std::pair{1.0, 0.0}, {2.5, 0.0}, {1.0, 1.0}, {-0.5, 2.0}, {0.0, 3.0}}) {
+            // (Named copies, not a structured binding: clang 14 cannot capture
+            // a structured binding in the lambdas below.)
+            const double alpha = scales.first, beta = scales.second;
             for (bool transposed_out : {false, true}) {
                 INFO(to_string(t) << " alpha " << alpha << " beta " << beta << " transposed out " << transposed_out);
                 // The output: [33, 19], either row-major or the transpose of a [19, 33]
