@@ -199,7 +199,10 @@ private:
     }
 
     /// The executor discarded the completion unrun.
-    void discard() noexcept { free_op(this, op_allocator_for<npy_completion>(handler_)); }
+    void discard() noexcept {
+        clear_cancellation(handler_);  // (its handler holds the operation)
+        free_op(this, op_allocator_for<npy_completion>(handler_));
+    }
 
     op_work<Handler, IoExecutor> work_;
     Handler handler_;

@@ -13,6 +13,7 @@
 //
 // The session-entry cases run against test_host.hpp's host: cpu_backend, and
 // (teardown_generic) session_host<device_backend>.
+#include <tenferro/batcher.hpp>
 #include <tenferro/cpu_backend.hpp>
 #include <tenferro/io.hpp>
 
@@ -23,7 +24,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -257,3 +260,114 @@ TEST_CASE("S16: .npy reads and writes, the context destroyed right after the han
     CHECK(reads == read_rounds);
 }
 #endif  // TENFERRO_TEST_GENERIC_HOST
+
+// ---------------------------------------------------------------------------
+// A completion its executor destroys unrun (an executor shut down with work
+// queued) frees the operation: the handler the operation installed in the
+// caller's cancellation slot must go with it. A signal that outlives the
+// executor may still be emitted; it must find no handler, not a freed op.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+/// An executor that keeps what it is given, unrun, until the test destroys it
+/// (as an executor shut down with work queued destroys its functions).
+struct held_work {
+    struct task {
+        virtual ~task() = default;
+    };
+    template <class F>
+    struct task_of final : task {
+        template <class G>
+        explicit task_of(G&& fn) : f(std::forward<G>(fn)) {}
+        F f;
+    };
+    std::mutex m;
+    std::vector<std::unique_ptr<task>> tasks;
+    std::atomic<int> count{0};
+
+    void drop_all() {
+        std::vector<std::unique_ptr<task>> dropped;
+        {
+            std::lock_guard<std::mutex> lock(m);
+            dropped.swap(tasks);
+        }
+        dropped.clear();  // the functions' destructors run here, unrun
+    }
+};
+
+struct holding_executor {
+    asio::io_context* ctx;
+    held_work* held;
+
+    asio::execution_context& query(asio::execution::context_t) const noexcept { return *ctx; }
+    static constexpr asio::execution::blocking_t query(asio::execution::blocking_t) noexcept {
+        return asio::execution::blocking.never;
+    }
+    holding_executor prefer(asio::execution::outstanding_work_t::tracked_t) const noexcept { return *this; }
+    holding_executor prefer(asio::execution::outstanding_work_t::untracked_t) const noexcept { return *this; }
+    template <class F>
+    void execute(F&& f) const {
+        auto t = std::make_unique<held_work::task_of<std::decay_t<F>>>(std::forward<F>(f));
+        std::lock_guard<std::mutex> lock(held->m);
+        held->tasks.push_back(std::move(t));
+        held->count.fetch_add(1);
+    }
+    friend bool operator==(const holding_executor& a, const holding_executor& b) noexcept { return a.held == b.held; }
+    friend bool operator!=(const holding_executor& a, const holding_executor& b) noexcept { return !(a == b); }
+};
+
+bool wait_for_count(const std::atomic<int>& count, int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (count.load() < n) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("S13: an entry's completion destroyed unrun by its executor leaves nothing in the caller's slot") {
+    asio::cancellation_signal signal;  // outlives the executor, as a caller's may
+    asio::io_context ctx;
+    held_work held;
+    test_host cpu({.permits = 1});
+    bool called = false;
+    cpu.with_backend_session(
+        {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 1; },
+        asio::bind_cancellation_slot(
+            signal.slot(), asio::bind_executor(holding_executor{&ctx, &held},
+                                               [&](std::exception_ptr, session_result<int>) { called = true; })));
+    CHECK(signal.slot().has_handler());  // the entry's, while it may still be cancelled
+    REQUIRE(wait_for_count(held.count, 1));  // the completion, handed to the executor
+    held.drop_all();
+    CHECK_FALSE(called);
+    CHECK_FALSE(signal.slot().has_handler());  // gone with the operation
+    signal.emit(asio::cancellation_type::terminal);  // reaches nothing (under ASan: no use after free)
+    check_quiescent(cpu);
+}
+
+TEST_CASE("S13: a batch item's completion destroyed unrun by its executor leaves nothing in the caller's slot") {
+    asio::cancellation_signal signal;
+    asio::io_context ctx;
+    held_work held;
+    test_host cpu({.permits = 1});
+    batcher<test_host, int, int> b(cpu, {.max_batch = 4}, [](test_session&, std::span<int> items) {
+        return std::vector<int>(items.begin(), items.end());
+    });
+    bool called = false;
+    b.submit(7,
+             asio::bind_cancellation_slot(
+                 signal.slot(), asio::bind_executor(holding_executor{&ctx, &held},
+                                                    [&](std::exception_ptr, session_result<int>) { called = true; })));
+    CHECK(signal.slot().has_handler());
+    REQUIRE(wait_for_count(held.count, 1));
+    held.drop_all();
+    CHECK_FALSE(called);
+    CHECK_FALSE(signal.slot().has_handler());
+    signal.emit(asio::cancellation_type::terminal);
+    const batch_stats s = b.stats();
+    CHECK(s.waiting == 0);
+    check_quiescent(cpu);
+}

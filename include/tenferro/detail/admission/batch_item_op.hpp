@@ -112,7 +112,11 @@ public:
 
     /// The executor dropped the completion unrun (its context shut down), or
     /// the submit failed before the item was queued.
-    void discard() noexcept { free_op(this, op_allocator_for<batch_item_op>(handler_)); }
+    void discard() noexcept {
+        // Destroyed unrun by its executor: the slot's handler points here.
+        clear_cancellation(handler_);
+        free_op(this, op_allocator_for<batch_item_op>(handler_));
+    }
 
 private:
     /// The slot's handler: withdraws the item if it still waits (B4).

@@ -262,7 +262,11 @@ private:
     // The completion's upcall and its disposal unrun (entry_base's
     // completion_handoff calls them).
     void upcall() override { finish(); }
-    void discard() noexcept override { destroy(); }
+    void discard() noexcept override {
+        // Destroyed unrun by its executor: the slot's handler points here.
+        clear_cancellation(handler_);
+        destroy();
+    }
 
     /// co_spawn's completion for an asynchronous body: stores the body's
     /// outcome and finishes the entry; dropped unrun (co_spawn destroyed the
