@@ -332,43 +332,6 @@ struct plain_use_awaitable<asio::use_awaitable_t<Executor>> : std::true_type {
 template <class T>
 concept io_executor = asio::execution::is_executor<T>::value || asio::is_executor<T>::value;
 
-// For the default token the outcome is awaited through redirect_error, so that the
-// exception can name the path (asio would throw a bare system_error).
-// S19: what the initiation would allocate is allocated here first, in this
-// coroutine, where a failure is thrown to the co_await: the operation (and the
-// I/O engine), the hand-off retry thread, and the completion's block
-// (reserved in this thread's op cache). The initiation, which Asio runs inside
-// a noexcept function, then allocates nothing else.
-template <class AwaitableExecutor, class IoExecutor>
-asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
-                                                              npy_read_options options) {
-    asio_error_code ec;
-    auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    constexpr std::size_t reserved = prepared_npy_block_size<decltype(token), IoExecutor, npy_read_receiver, tensor>;
-    using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
-    prepare_handoff_retry();
-    initiation init{io_executor, make_read_npy_op(path, options)};
-    reserve_op_memory(reserved);
-    tensor result =
-        co_await asio::async_initiate<decltype(token), void(asio_error_code, tensor)>(std::move(init), token);
-    if (ec) throw asio_system_error(ec, npy_error_context("async_read_npy", path));
-    co_return result;
-}
-
-template <class AwaitableExecutor, class IoExecutor>
-asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
-                                                             const_tensor_view view) {
-    asio_error_code ec;
-    auto token = asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec);
-    constexpr std::size_t reserved = prepared_npy_block_size<decltype(token), IoExecutor, npy_write_receiver>;
-    using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
-    prepare_handoff_retry();
-    initiation init{io_executor, make_write_npy_op(path, view)};
-    reserve_op_memory(reserved);
-    co_await asio::async_initiate<decltype(token), void(asio_error_code)>(std::move(init), token);
-    if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
-}
-
 /// An adapter of use_awaitable (as_tuple, redirect_error, the binders, consign,
 /// cancel_after; noexcept_initiation): the operation is made and the
 /// completion's block reserved here, in the caller's coroutine before its
@@ -395,6 +358,28 @@ auto write_npy_prepared(const IoExecutor& io_executor, std::filesystem::path pat
     initiation init{io_executor, make_write_npy_op(std::move(path), view)};
     if constexpr (reserved != 0) reserve_op_memory(reserved);
     return asio::async_initiate<Token, void(asio_error_code)>(std::move(init), token);
+}
+
+// For the default token the outcome is awaited through redirect_error, so that the
+// exception can name the path (asio would throw a bare system_error). The
+// operation is prepared as for any adapter of use_awaitable (read_npy_prepared).
+template <class AwaitableExecutor, class IoExecutor>
+asio::awaitable<tensor, AwaitableExecutor> read_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
+                                                              npy_read_options options) {
+    asio_error_code ec;
+    tensor result = co_await read_npy_prepared(io_executor, path, options,
+                                               asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec));
+    if (ec) throw asio_system_error(ec, npy_error_context("async_read_npy", path));
+    co_return result;
+}
+
+template <class AwaitableExecutor, class IoExecutor>
+asio::awaitable<void, AwaitableExecutor> write_npy_awaitable(IoExecutor io_executor, std::filesystem::path path,
+                                                             const_tensor_view view) {
+    asio_error_code ec;
+    co_await write_npy_prepared(io_executor, path, view,
+                                asio::redirect_error(asio::use_awaitable_t<AwaitableExecutor>{}, ec));
+    if (ec) throw asio_system_error(ec, npy_error_context("async_write_npy", path));
 }
 
 }  // namespace detail
