@@ -215,9 +215,18 @@ private:
 /// binds `op` to it and starts `op` under the handler's cancellation slot. Out
 /// of memory for the slot's handler, the completion fails with
 /// `not_enough_memory` (posted), `op` unstarted.
+/// Starts the library's completion context where a completion for `Handler`
+/// goes there: a handler bound to Asio's system executor (completion_executor_t).
+/// Throws what starting it throws; cheap once it runs.
+template <class Handler, class IoExecutor>
+void prepare_completion_executor() {
+    if constexpr (binds_system_executor_v<Handler, IoExecutor>) start_library_context();
+}
+
 template <class Completion, class Handler, class IoExecutor, class Operation>
 void launch_npy_operation(Handler&& handler, const IoExecutor& io_executor, std::shared_ptr<Operation> op) {
     prepare_handoff_retry();  // its completion may need it (S19); cheap once running
+    prepare_completion_executor<std::decay_t<Handler>, IoExecutor>();
     auto slot = asio::get_associated_cancellation_slot(handler);
     Completion* receiver = make_op<Completion>(std::move(handler), io_executor);
     op->bind(*receiver);
@@ -343,7 +352,9 @@ auto read_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path
     constexpr std::size_t reserved =
         prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_read_receiver, tensor>;
     using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
+    using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code, tensor)>;
     prepare_handoff_retry();
+    prepare_completion_executor<handler, IoExecutor>();
     initiation init{io_executor, make_read_npy_op(std::move(path), options)};
     if constexpr (reserved != 0) reserve_op_memory(reserved);
     return asio::async_initiate<Token, void(asio_error_code, tensor)>(std::move(init), token);
@@ -354,7 +365,9 @@ auto write_npy_prepared(const IoExecutor& io_executor, std::filesystem::path pat
                         Token&& token) {
     constexpr std::size_t reserved = prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_write_receiver>;
     using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
+    using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code)>;
     prepare_handoff_retry();
+    prepare_completion_executor<handler, IoExecutor>();
     initiation init{io_executor, make_write_npy_op(std::move(path), view)};
     if constexpr (reserved != 0) reserve_op_memory(reserved);
     return asio::async_initiate<Token, void(asio_error_code)>(std::move(init), token);

@@ -121,6 +121,36 @@ TEST_CASE("idioms: a handler with no executor completes in the library's context
     CHECK(item.get_future().get());
 }
 
+TEST_CASE("idioms: a handler bound to Asio's system executor completes in the library's context") {
+    // The system executor allows any thread; Asio's system context, made
+    // inside pthread_once where out of memory ends the process, is not used.
+    test_host cpu({.permits = 1});
+    std::promise<bool> where;
+    cpu.with_backend_session(
+        [](test_session&) { return 3; },
+        asio::bind_executor(asio::system_executor(), [&](std::exception_ptr, session_result<int> r) {
+            where.set_value(r.value() == 3 && detail::in_library_context());
+        }));
+    CHECK(where.get_future().get());
+
+    int_batcher b(cpu, {.max_batch = 4}, doubled());
+    std::promise<bool> item;
+    b.submit(5, asio::bind_executor(asio::system_executor(), [&](std::exception_ptr, session_result<int> r) {
+                 item.set_value(r.value() == 10 && detail::in_library_context());
+             }));
+    CHECK(item.get_future().get());
+
+    // The same for an entry placed on the caller: its body runs in the
+    // library's context as well.
+    std::promise<bool> body_where;
+    cpu.with_backend_session(
+        {1, wait_policy::fifo, placement::caller}, [](test_session&) { return detail::in_library_context(); },
+        asio::bind_executor(asio::system_executor(), [&](std::exception_ptr, session_result<bool> r) {
+            body_where.set_value(r.value() && detail::in_library_context());
+        }));
+    CHECK(body_where.get_future().get());
+}
+
 TEST_CASE("idioms: deferred, as_tuple and consign on an entry, a scope and a submit") {
     asio::io_context io;
     test_host cpu({.permits = 2});

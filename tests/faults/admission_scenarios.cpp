@@ -38,21 +38,29 @@
 namespace tenferro::test::faults {
 namespace {
 
-scenario entry_callback(placement where, bool bound) {
-    return {std::string("entry/") + (bound ? "io-callback/" : "plain-callback/") + placement_name(where),
-            [where, bound](const run_config& c, verdict& v, std::uint64_t& injected) {
+/// How a callback entry's handler names its executor: bound to the
+/// io_context, none (plain), or bound to Asio's system executor. Neither of
+/// the last two may make Asio's system context: this process never has one
+/// (S19; the completion goes to the library's context).
+enum class callback_kind { io_bound, plain, system_bound };
+
+scenario entry_callback(placement where, callback_kind kind) {
+    const char* kinds[] = {"io-callback/", "plain-callback/", "system-callback/"};
+    return {std::string("entry/") + kinds[static_cast<int>(kind)] + placement_name(where),
+            [where, kind](const run_config& c, verdict& v, std::uint64_t& injected) {
                 asio::io_context io;
                 cpu_backend cpu({.permits = 2});
                 probe p;
-                if (!bound) create_system_context();
+                const auto callback = [&p](std::exception_ptr e, session_result<int> r) { p.record(e, r, true); };
                 arm(c);
                 try {
-                    if (bound)
+                    if (kind == callback_kind::io_bound)
                         cpu.with_backend_session(opts(where), the_body, io_handler(io, p));
+                    else if (kind == callback_kind::plain)
+                        cpu.with_backend_session(opts(where), the_body, callback);
                     else
-                        cpu.with_backend_session(
-                            opts(where), the_body,
-                            [&p](std::exception_ptr e, session_result<int> r) { p.record(e, r, true); });
+                        cpu.with_backend_session(opts(where), the_body,
+                                                 asio::bind_executor(asio::system_executor(), callback));
                 } catch (const std::bad_alloc&) {
                     p.initiation_threw = true;
                 }
@@ -503,8 +511,8 @@ std::vector<scenario> admission_scenarios() {
         return sc;
     };
     for (placement where : {placement::compute, placement::caller}) {
-        s.push_back(entry_callback(where, true));
-        s.push_back(entry_callback(where, false));
+        for (callback_kind k : {callback_kind::io_bound, callback_kind::plain, callback_kind::system_bound})
+            s.push_back(entry_callback(where, k));
         for (await_kind k : {await_kind::plain, await_kind::as_tuple, await_kind::queued})
             s.push_back(entry_awaited(where, k));
         s.push_back(with_asio_internal(entry_awaited(where, await_kind::async_body)));

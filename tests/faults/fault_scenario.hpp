@@ -208,9 +208,10 @@ struct scenario {
 /// Creates Asio's system context before the fault window, as any program
 /// that has posted to a system executor once has it: Asio creates it inside
 /// pthread_once at its first use, and out of memory there the process
-/// aborts in Asio's code (std::terminate). tenferro creates it at the
-/// initiation of an entry whose handler uses it (ensure_system_context),
-/// where an allocation failure may still throw.
+/// aborts in Asio's code (std::terminate). tenferro never posts there (a
+/// handler bound to the system executor completes in the library's context);
+/// use_future's executor does (Asio's promise_executor posts to the system
+/// executor), so its scenarios make it first.
 inline void create_system_context() { (void)asio::query(asio::system_executor(), asio::execution::context); }
 
 inline session_options opts(placement where, std::size_t permits = 1) { return {permits, wait_policy::fifo, where}; }

@@ -66,15 +66,24 @@ struct scratch_dir {
     }
 };
 
+/// How the scenario's operation completes: a callback bound to the
+/// io_context, a callback bound to Asio's system executor (which must complete
+/// in the library's context: this process never makes the system context), or
+/// `co_await`.
+enum class npy_completion_kind { io_callback, system_callback, awaited };
+
 /// async_write_npy over an existing file, or async_read_npy, on the process's
 /// engine (io_uring where the kernel allows it) or the pread/pwrite pool;
 /// with a callback, or `co_await`ed with the default token (`awaited`), whose
 /// initiation Asio runs inside a noexcept function: the failure must arrive at
 /// the co_await, as an exception.
-scenario npy(bool write, bool pool_engine, bool awaited = false, std::optional<adapter> adapted = std::nullopt) {
+scenario npy(bool write, bool pool_engine, npy_completion_kind how = npy_completion_kind::io_callback,
+             std::optional<adapter> adapted = std::nullopt) {
+    const char* suffixes[] = {"", "/system-callback", "/awaited"};
+    const bool awaited = how == npy_completion_kind::awaited;
     return {std::string("npy/") + (write ? "write" : "read") + (pool_engine ? "/pool" : "/default") +
-                (awaited ? "/awaited" : "") + (adapted ? std::string("-") + adapter_name(*adapted) : std::string()),
-            [write, pool_engine, awaited, adapted](const run_config& c, verdict& v, std::uint64_t& injected) {
+                suffixes[static_cast<int>(how)] + (adapted ? std::string("-") + adapter_name(*adapted) : std::string()),
+            [write, pool_engine, how, awaited, adapted](const run_config& c, verdict& v, std::uint64_t& injected) {
                 if (pool_engine) setenv("TENFERRO_IO_URING", "0", 1);  // before the engine is chosen
                 scratch_dir dir;
                 const std::filesystem::path file = dir.path / "t.npy";
@@ -156,24 +165,34 @@ scenario npy(bool write, bool pool_engine, bool awaited = false, std::optional<a
                 } else
                     try {
                         arm(c);
-                        if (write) {
-                            async_write_npy(io.get_executor(), file, new_t,
-                                            asio::bind_executor(io, [&](asio_error_code ec) {
-                                                if (!ec) ok.fetch_add(1);
-                                                completions.fetch_add(1);
-                                            }));
-                        } else {
-                            async_read_npy(io.get_executor(), file,
-                                           asio::bind_executor(io, [&](asio_error_code ec, tensor t) {
-                                               if (!ec) {
-                                                   ok.fetch_add(1);
-                                                   if (t.size() != 1000 || t.data<float>()[999] != 1.0f)
-                                                       wrong_data = true;
-                                               }
-                                               completions.fetch_add(1);
-                                           }));
-                        }
+                        const auto start = [&](auto bind) {
+                            if (write) {
+                                async_write_npy(io.get_executor(), file, new_t, bind([&](asio_error_code ec) {
+                                                    if (!ec) ok.fetch_add(1);
+                                                    completions.fetch_add(1);
+                                                }));
+                            } else {
+                                async_read_npy(io.get_executor(), file, bind([&](asio_error_code ec, tensor t) {
+                                                   if (!ec) {
+                                                       ok.fetch_add(1);
+                                                       if (t.size() != 1000 || t.data<float>()[999] != 1.0f)
+                                                           wrong_data = true;
+                                                   }
+                                                   completions.fetch_add(1);
+                                               }));
+                            }
+                        };
+                        if (how == npy_completion_kind::system_callback)
+                            start([](auto f) { return asio::bind_executor(asio::system_executor(), std::move(f)); });
+                        else
+                            start([&io](auto f) { return asio::bind_executor(io, std::move(f)); });
                     } catch (const std::bad_alloc&) {
+                        threw = true;
+                    } catch (const std::system_error& e) {
+                        // Starting the library's context (system_callback): a
+                        // thread that cannot be made for want of memory
+                        // (pthread_create's EAGAIN), thrown at the initiation.
+                        if (e.code() != std::errc::resource_unavailable_try_again) throw;
                         threw = true;
                     }
                 const int expected = threw ? 0 : 1;
@@ -205,16 +224,20 @@ scenario npy(bool write, bool pool_engine, bool awaited = false, std::optional<a
 std::vector<scenario> npy_scenarios() {
     std::vector<scenario> s;
     for (bool pool : {false, true}) {
-        for (bool awaited : {false, true}) {
-            s.push_back(npy(false, pool, awaited));
-            s.push_back(npy(true, pool, awaited));
+        for (npy_completion_kind how : {npy_completion_kind::io_callback, npy_completion_kind::awaited}) {
+            s.push_back(npy(false, pool, how));
+            s.push_back(npy(true, pool, how));
         }
     }
+    // A callback bound to the system executor, in a process that has no host
+    // (so no library context) yet: the context is started at the initiation.
+    s.push_back(npy(false, true, npy_completion_kind::system_callback));
+    s.push_back(npy(true, true, npy_completion_kind::system_callback));
     // Under each adapter of use_awaitable, on the pool engine (the engines'
     // own allocations are the same as above).
     for (adapter a : adapters()) {
-        s.push_back(npy(false, true, true, a));
-        s.push_back(npy(true, true, true, a));
+        s.push_back(npy(false, true, npy_completion_kind::awaited, a));
+        s.push_back(npy(true, true, npy_completion_kind::awaited, a));
     }
     return s;
 }

@@ -52,6 +52,26 @@ TEST_CASE("io: the backend is io_uring where the kernel allows it, the pool unde
     WARN("tenferro I/O backend in this run: " << to_string(b));
 }
 
+TEST_CASE("io: a handler bound to Asio's system executor completes in the library's context") {
+    // No host in this process needs to exist: the operation starts the
+    // library's context at its initiation. Asio's system context is not used.
+    scratch_dir dir;
+    asio::io_context io;
+    const std::vector<float> values(64, 3.0f);
+    const tensor t = tensor::from(std::span<const float>(values), {8, 8});
+    std::promise<bool> wrote, read;
+    async_write_npy(io.get_executor(), dir.path / "s.npy", t,
+                    asio::bind_executor(asio::system_executor(), [&](asio_error_code ec) {
+                        wrote.set_value(!ec && tenferro::detail::in_library_context());
+                    }));
+    CHECK(wrote.get_future().get());  // (io is never run: nothing goes there)
+    async_read_npy(io.get_executor(), dir.path / "s.npy",
+                   asio::bind_executor(asio::system_executor(), [&](asio_error_code ec, tensor r) {
+                       read.set_value(!ec && r.size() == 64 && tenferro::detail::in_library_context());
+                   }));
+    CHECK(read.get_future().get());
+}
+
 TEST_CASE("io: round trips for every dtype, rank 0..8 and layout (C, Fortran, strided)") {
     scratch_dir dir;
     int files = 0;

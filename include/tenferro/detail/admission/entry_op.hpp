@@ -92,14 +92,6 @@ public:
     /// with `executor`, by post, never inside this call (S1).
     template <class H, class G>
     static void launch(H&& handler, G&& body, std::shared_ptr<host_core> core, session_options options, Opener opener) {
-        if constexpr (is_system_executor<handler_executor>::value) {
-            // A handler bound to Asio's system executor by its caller: its
-            // context, which Asio creates at its first use, is made now,
-            // where an allocation failure may still throw, and not on a
-            // compute worker. (A handler with no executor completes in the
-            // library's own context, library_context.hpp, never this one.)
-            ensure_system_context();
-        }
         auto alloc = op_allocator_for<entry_op>(handler);
         entry_op* op = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
         try {

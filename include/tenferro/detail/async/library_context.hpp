@@ -43,24 +43,60 @@ library_executor_type library_executor() noexcept;
 /// Whether the library's completion context runs the calling thread.
 bool in_library_context() noexcept;
 
-/// The executor an operation's completion for `Handler` goes to: the
-/// handler's associated executor, the library's when it names none.
-template <class Handler>
-using handler_executor_t = asio::associated_executor_t<Handler, library_executor_type>;
+template <class Executor>
+struct is_system_executor : std::false_type {};
+template <class Blocking, class Relationship, class Allocator>
+struct is_system_executor<asio::basic_system_executor<Blocking, Relationship, Allocator>> : std::true_type {};
 
-/// Whether `Handler` names an executor of its own (its associated executor
-/// does not depend on the fallback): then the library's executor is never
-/// asked for, which saves an out-of-line call on every hot-path entry.
+/// Whether a completion for `Handler` would go to Asio's system executor: the
+/// handler's associated executor (`Fallback` when it names none) is one. Such
+/// a completion goes to the library's context instead (completion_executor_t):
+/// the system executor promises nothing about the thread a function runs on,
+/// so one of the library's threads keeps its semantics, while Asio makes the
+/// system context (its threads and scheduler) inside pthread_once at its first
+/// use, where an allocation failure ends the process whatever the caller does
+/// (S19).
+template <class Handler, class Fallback>
+inline constexpr bool binds_system_executor_v =
+    is_system_executor<asio::associated_executor_t<Handler, Fallback>>::value;
+
+/// The executor an operation's completion for `Handler` goes to: the handler's
+/// associated executor (`Fallback` when it names none), the library's for
+/// Asio's system executor (binds_system_executor_v).
+template <class Handler, class Fallback>
+using completion_executor_t = std::conditional_t<binds_system_executor_v<Handler, Fallback>, library_executor_type,
+                                                 asio::associated_executor_t<Handler, Fallback>>;
+
+/// The executor of a completion for `Handler` whose handler names none is the
+/// library's (its completion context).
+template <class Handler>
+using handler_executor_t = completion_executor_t<Handler, library_executor_type>;
+
+/// Whether `Handler` names an executor of its own, other than Asio's system
+/// executor: then the library's executor is never asked for, which saves an
+/// out-of-line call on every hot-path entry.
 template <class Handler>
 inline constexpr bool names_own_executor_v =
     std::is_same_v<asio::associated_executor_t<Handler, asio::system_executor>, handler_executor_t<Handler>>;
+
+/// `handler`'s completion executor (completion_executor_t), `fallback` when it
+/// names none. start_library_context() must have returned first where that is
+/// the library's.
+template <class Handler, class Fallback>
+completion_executor_t<Handler, Fallback> completion_executor_of(const Handler& handler,
+                                                                const Fallback& fallback) noexcept {
+    if constexpr (binds_system_executor_v<Handler, Fallback>)
+        return library_executor();
+    else
+        return asio::get_associated_executor(handler, fallback);
+}
 
 template <class Handler>
 handler_executor_t<Handler> handler_executor_of(const Handler& handler) noexcept {
     if constexpr (names_own_executor_v<Handler>)
         return asio::get_associated_executor(handler);
     else
-        return asio::get_associated_executor(handler, library_executor());
+        return completion_executor_of(handler, library_executor());
 }
 
 }  // namespace tenferro::detail

@@ -29,18 +29,6 @@
 
 namespace tenferro::detail {
 
-template <class Executor>
-struct is_system_executor : std::false_type {};
-template <class Blocking, class Relationship, class Allocator>
-struct is_system_executor<asio::basic_system_executor<Blocking, Relationship, Allocator>> : std::true_type {};
-
-/// Creates Asio's system context if it does not exist yet (throws what that
-/// throws). Asio creates it lazily, inside pthread_once, at the first post to
-/// a system executor; out of memory there, the process cannot recover. An
-/// operation whose completion will be posted there calls this at its
-/// initiation, where throwing is still allowed (S19).
-void ensure_system_context();
-
 /// Posts (or, with `may_dispatch`, dispatches) `fn` to the executor `ex`
 /// under `gate` (handoff_gate.hpp), through an untracked copy of `ex` made
 /// after the gate closes and destroyed before it opens: an executor copy may
@@ -74,11 +62,12 @@ void hand_off_untracked(const Executor& ex, handoff_gate& gate, Function&& fn, b
 /// The tracked executor of an operation for `Handler`: the handler's
 /// associated executor (`Fallback` when it names none: the library's
 /// completion context, library_context.hpp, unless the operation has an I/O
-/// executor of its own).
+/// executor of its own), the library's for Asio's system executor
+/// (completion_executor_t).
 template <class Handler, class Fallback = library_executor_type>
 class op_work {
 public:
-    using executor_type = asio::associated_executor_t<Handler, Fallback>;
+    using executor_type = completion_executor_t<Handler, Fallback>;
     using tracked_type = std::decay_t<decltype(asio::prefer(std::declval<const executor_type&>(),
                                                             asio::execution::outstanding_work.tracked))>;
 
@@ -88,8 +77,8 @@ public:
         requires std::is_same_v<Fallback, library_executor_type>
         : tracked_(asio::prefer(handler_executor_of(handler), asio::execution::outstanding_work.tracked)) {}
     op_work(const Handler& handler, const Fallback& fallback)
-        : tracked_(asio::prefer(asio::get_associated_executor(handler, fallback),
-                                asio::execution::outstanding_work.tracked)) {}
+        : tracked_(asio::prefer(completion_executor_of(handler, fallback), asio::execution::outstanding_work.tracked)) {
+    }
     op_work(const op_work&) = delete;
     op_work& operator=(const op_work&) = delete;
 
