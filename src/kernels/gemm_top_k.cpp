@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib> // TUNE
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -392,8 +391,6 @@ gemm_top_k_plan plan_gemm_top_k(gemm_type type, std::int64_t m, std::int64_t n, 
     const std::int64_t m_pad = gd::round_up(std::max<std::int64_t>(m, 1), mr);
     if (m_pad <= p.gemm.mc && static_cast<std::size_t>(m_pad * cols) * elem <= (192u << 10)) rows = m_pad;
     rows = std::min(rows, m_pad);
-    if (const char* e = std::getenv("TF_TILE_COLS")) cols = std::atoi(e);
-    if (const char* e = std::getenv("TF_TILE_ROWS")) rows = std::atoi(e);
     p.tile_rows = static_cast<std::int32_t>(rows);
     p.tile_cols = static_cast<std::int32_t>(cols);
     std::int64_t tasks = std::clamp(threads, 1, max_top_k_tasks);
