@@ -34,8 +34,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <hwy/targets.h>
 #include <tenferro/tenferro.hpp>
+#include "kernels/hwy_control.hpp"
 
 #include "batching_load.hpp"
 #include "batching_report.hpp"
@@ -99,8 +99,7 @@ std::string load_average() {
 /// bits). The library's kernels are compiled with the same HWY_TARGETS (as
 /// bench/kernels.cpp reports it).
 const char* highway_target() {
-    const std::int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
-    return hwy::TargetName(usable & -usable);
+    return tenferro::kernels::hwy_control::target_name(tenferro::kernels::hwy_control::dispatched_target());
 }
 
 /// CPU seconds this process has used (every thread: server, compute workers, load generator).

@@ -7,14 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
-#include <hwy/targets.h>
+#include "kernels/hwy_control.hpp"
 
 namespace tenferro::bench {
 
 bool force_highway_target(const char* name) {
-    for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-        if (std::strcmp(hwy::TargetName(t), name) == 0) {
-            hwy::SetSupportedTargetsForTest(t);
+    for (const std::int64_t t : tenferro::kernels::hwy_control::supported_and_generated()) {
+        if (std::strcmp(tenferro::kernels::hwy_control::target_name(t), name) == 0) {
+            tenferro::kernels::hwy_control::force_target(t);
             return true;
         }
     }
@@ -23,8 +23,8 @@ bool force_highway_target(const char* name) {
 
 const char* dispatched_highway_target() {
     // Dispatch picks the best target both compiled and supported (the lowest bit).
-    const std::int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
-    return usable != 0 ? hwy::TargetName(usable & -usable) : "none";
+    const std::int64_t t = tenferro::kernels::hwy_control::dispatched_target();
+    return t != 0 ? tenferro::kernels::hwy_control::target_name(t) : "none";
 }
 
 }  // namespace tenferro::bench

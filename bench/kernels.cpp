@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <asio/use_future.hpp>
-#include <hwy/targets.h>
+#include "kernels/hwy_control.hpp"
 
 #include "kernels/elementwise.hpp"
 #include "kernels_native.hpp"
@@ -413,8 +413,7 @@ void register_rowwise() {
 const char* best_highway_target() {
     // Highway's dynamic dispatch picks the best target that is both compiled and supported; better
     // targets have lower bits.
-    const std::int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
-    return hwy::TargetName(usable & -usable);
+    return tenferro::kernels::hwy_control::target_name(tenferro::kernels::hwy_control::dispatched_target());
 }
 
 std::string env_or_unset(const char* name) {

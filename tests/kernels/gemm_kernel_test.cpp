@@ -15,9 +15,9 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <hwy/targets.h>
 
 #include "hwy_targets.hpp"
+#include "kernels/hwy_control.hpp"
 
 // The GEMM kernel against a naive triple loop in higher precision (double for f32, long double
 // for f64), on every compiled Highway target this CPU supports.
@@ -306,7 +306,7 @@ template <class T>
 void accuracy_sweep() {
     for_each_target([&](std::int64_t target) {
         std::mt19937 rng(1234);
-        const std::string tname = hwy::TargetName(target);
+        const std::string tname = tenferro::kernels::hwy_control::target_name(target);
         std::size_t n = 0;
         for (const shape& s : accuracy_shapes) {
             for (layout l :
@@ -326,7 +326,7 @@ TEST_CASE("gemm matches a higher-precision reference on every target (f64)", "[g
 TEST_CASE("gemm on large odd shapes (K blocking, edges in M and N)", "[gemm]") {
     for_each_target([&](std::int64_t target) {
         std::mt19937 rng(99);
-        const std::string tname = hwy::TargetName(target);
+        const std::string tname = tenferro::kernels::hwy_control::target_name(target);
         run_case<float>({257, 255, 1000}, layout::row_major, {1.0, 0.0, true}, 2, rng, tname);
         run_case<double>({255, 257, 600}, layout::transposed, {-0.5, 0.75, false}, 2, rng, tname);
         run_case<float>({1000, 17, 300}, layout::negative, {2.5, 0.0, true}, 2, rng, tname);
@@ -346,7 +346,7 @@ TEST_CASE("gemm with beta == 0 never reads C", "[gemm]") {
             bool finite = true;
             for (std::int64_t i = 0; i < s.m; ++i)
                 for (std::int64_t j = 0; j < s.n; ++j) finite = finite && std::isfinite(c.at(i, j));
-            INFO(hwy::TargetName(target) << " " << s.m << "x" << s.n << "x" << s.k);
+            INFO(tenferro::kernels::hwy_control::target_name(target) << " " << s.m << "x" << s.n << "x" << s.k);
             CHECK(finite);
         }
     });
@@ -386,7 +386,7 @@ void threads_bitwise() {
                 k::gemm(type_of<T>(), make_op(in.a, in.b, c1, 1.5, 0.5), p1);
                 k::gemm(type_of<T>(), make_op(in.a, in.b, c2, 1.5, 0.5), p2, nullptr, threaded_run);
                 k::gemm(type_of<T>(), make_op(in.a, in.b, c3, 1.5, 0.5), p3, nullptr, threaded_run);
-                INFO(hwy::TargetName(target)
+                INFO(tenferro::kernels::hwy_control::target_name(target)
                      << " " << s.m << "x" << s.n << "x" << s.k << " " << name(l) << " tasks(2)=" << p2.tasks_m << "x"
                      << p2.tasks_n << " tasks(3)=" << p3.tasks_m << "x" << p3.tasks_n);
                 CHECK(p2.tasks_m * p2.tasks_n <= 2);
@@ -430,8 +430,9 @@ void prepacked_equal() {
                     op.b = nullptr;  // must not be read
                     std::vector<unsigned char> scratch(plan.scratch_bytes + 3);
                     k::gemm_prepacked_b(type_of<T>(), op, plan, packed.data(), scratch.data() + 3, threaded_run);
-                    INFO(hwy::TargetName(target) << " " << s.m << "x" << s.n << "x" << s.k << " " << name(l)
-                                                 << " threads=" << threads << " swapped=" << plan.swapped);
+                    INFO(tenferro::kernels::hwy_control::target_name(target)
+                         << " " << s.m << "x" << s.n << "x" << s.k << " " << name(l) << " threads=" << threads
+                         << " swapped=" << plan.swapped);
                     CHECK(bitwise_equal(c1, c2));
                     // A plan for another m with the same key uses the same packed B.
                     const auto other = k::plan_gemm(type_of<T>(), s.m + 7, s.n, s.k, threads);
@@ -453,20 +454,20 @@ TEST_CASE("prepacked B gives the same bits as the plain path (f64)", "[gemm]") {
 
 TEST_CASE("gemm_target names the target plans are made for", "[gemm]") {
     for_each_target([&](std::int64_t target) {
-        INFO(hwy::TargetName(target));
+        INFO(tenferro::kernels::hwy_control::target_name(target));
         CHECK(k::gemm_target() == target);
         CHECK(k::plan_gemm(k::gemm_type::f64, 3, 3, 3, 1).target == target);
     });
 }
 
 TEST_CASE("a plan made for another target is refused", "[gemm]") {
-    const auto targets = hwy::SupportedAndGeneratedTargets();
+    const auto targets = tenferro::kernels::hwy_control::supported_and_generated();
     if (targets.size() < 2) return;
-    hwy::SetSupportedTargetsForTest(targets[0]);
+    tenferro::kernels::hwy_control::force_target(targets[0]);
     const auto plan = k::plan_gemm(k::gemm_type::f32, 4, 4, 4, 1);
-    hwy::SetSupportedTargetsForTest(targets[1]);
+    tenferro::kernels::hwy_control::force_target(targets[1]);
     std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 0.0f);
     k::gemm_operands op{4, 4, 4, a.data(), 4, 1, b.data(), 4, 1, c.data(), 4, 1, 1.0, 0.0};
     CHECK_THROWS_AS(k::gemm(k::gemm_type::f32, op, plan), std::logic_error);
-    hwy::SetSupportedTargetsForTest(0);
+    tenferro::kernels::hwy_control::force_target(0);
 }

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <hwy/targets.h>
 
 #include "hwy_targets.hpp"
+#include "kernels/hwy_control.hpp"
 
 // Every compiled Highway target is checked against a higher-precision scalar reference: f32 results
 // against the double-precision std:: function, f64 results against the long double (x87, 64-bit
@@ -181,10 +181,12 @@ void check_and_report(const char* type, const function<T>& fn, const stats_by_ta
     for (const auto& [target, s] : by_target) {
         if (verbose()) {
             std::printf("%-4s %-8s %-8s max %.3f ULP over %zu points (worst x = %.9g -> %.9g)\n", type, fn.name,
-                        hwy::TargetName(target), s.max_ulp, s.count, s.worst_x, s.worst_got);
+                        tenferro::kernels::hwy_control::target_name(target), s.max_ulp, s.count, s.worst_x,
+                        s.worst_got);
         }
-        INFO(type << " " << fn.name << " on " << hwy::TargetName(target) << ": worst x = " << s.worst_x << " (hex "
-                  << std::hexfloat << s.worst_x << std::defaultfloat << ") gives " << s.worst_got);
+        INFO(type << " " << fn.name << " on " << tenferro::kernels::hwy_control::target_name(target)
+                  << ": worst x = " << s.worst_x << " (hex " << std::hexfloat << s.worst_x << std::defaultfloat
+                  << ") gives " << s.worst_got);
         CHECK(s.max_ulp <= traits<T>::bound);
     }
 }
@@ -309,7 +311,7 @@ template <typename T>
 void check_layouts(const function<T>& fn) {
     const std::size_t sizes[] = {0, 1, 3, 17, 1023, 65537};
     for_each_target([&](std::int64_t target) {
-        INFO(fn.name << " on " << hwy::TargetName(target));
+        INFO(fn.name << " on " << tenferro::kernels::hwy_control::target_name(target));
         for (const std::size_t n : sizes) {
             INFO("n = " << n);
             const std::vector<T> xs = mixed_values<T>(n, static_cast<std::uint32_t>(n) + 7);
@@ -447,8 +449,8 @@ void check_specials(const function<T>& fn) {
             fn.kernel(xs.data(), out.data(), static_cast<std::int64_t>(xs.size()));
             T alone = T(0);
             fn.kernel(&c.x, &alone, 1);
-            INFO(fn.name << "(" << c.x << ") on " << hwy::TargetName(target) << ": got " << out[100] << " and " << alone
-                         << ", want " << c.y);
+            INFO(fn.name << "(" << c.x << ") on " << tenferro::kernels::hwy_control::target_name(target) << ": got "
+                         << out[100] << " and " << alone << ", want " << c.y);
             if (std::isnan(c.y)) {
                 CHECK(std::isnan(out[100]));
                 CHECK(std::isnan(alone));
@@ -555,10 +557,10 @@ TEST_CASE("transcendental: sizes, tails, in place and misaligned pointers", "[ke
 }
 
 TEST_CASE("transcendental: every target compiled is exercised", "[kernels][transcendental]") {
-    const auto targets = hwy::SupportedAndGeneratedTargets();
+    const auto targets = tenferro::kernels::hwy_control::supported_and_generated();
     REQUIRE(!targets.empty());
     if (verbose()) {
-        for (const auto t : targets) std::printf("target %s\n", hwy::TargetName(t));
+        for (const auto t : targets) std::printf("target %s\n", tenferro::kernels::hwy_control::target_name(t));
     }
 }
 
@@ -576,7 +578,7 @@ TEST_CASE("transcendental f32: exhaustive over all 2^32 inputs", "[.][exhaustive
         }
         for (const auto& [target, s] : by_target) {
             std::printf("f32 %-8s %-8s max %.3f ULP over all 2^32 inputs (worst x = %.9g -> %.9g)\n", fn.name,
-                        hwy::TargetName(target), s.max_ulp, s.worst_x, s.worst_got);
+                        tenferro::kernels::hwy_control::target_name(target), s.max_ulp, s.worst_x, s.worst_got);
         }
         check_and_report("f32", fn, by_target);
     }

@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include <hwy/targets.h>
+#include "kernels/hwy_control.hpp"
 
 namespace tenferro::test {
 
@@ -17,12 +17,12 @@ namespace tenferro::test {
 template <class F>
 void for_each_target(F&& f) {
     struct reset {
-        ~reset() { hwy::SetSupportedTargetsForTest(0); }
+        ~reset() { tenferro::kernels::hwy_control::force_target(0); }
     } guard;
-    for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
+    for (const std::int64_t target : tenferro::kernels::hwy_control::supported_and_generated()) {
+        tenferro::kernels::hwy_control::force_target(target);
         if constexpr (std::is_invocable_v<F&, const std::string&>) {
-            f(std::string(hwy::TargetName(target)));
+            f(std::string(tenferro::kernels::hwy_control::target_name(target)));
         } else {
             f(target);
         }
