@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tenferro/backend_session_host.hpp"
@@ -31,6 +32,29 @@ class entry_base;
 class runtime_cache_state;
 struct cache_access;
 }  // namespace detail
+
+/// What `matmul_top_k` did with the corpora of a cache (`cpu_runtime_cache::search_stats`).
+///
+/// Over a constant corpus the search may run a bf16 first pass that only discards rows provably
+/// outside the top k, then scores the rest again in f32 (docs/design/exact-search-first-pass.md):
+/// the result is bit for bit the f32 one either way. Counted since construction:
+struct search_stats {
+    /// Queries of f32 searches over a constant corpus (`matmul_top_k` rows whose `b` lies inside a
+    /// marked tensor and has no batch axes).
+    std::uint64_t queries = 0;
+    /// Of them, answered through the first pass.
+    std::uint64_t first_pass = 0;
+    /// Of them, answered by the f32 path: the CPU's target has no bf16 dot product, the query
+    /// holds NaN, an infinity or a huge norm, its bound kept too many rows, or the low-precision
+    /// copy did not fit the cache (below).
+    std::uint64_t fallback = 0;
+    /// Corpus rows scored again in f32, over the first-pass queries (`reranked / first_pass`
+    /// is the mean per query; k of them are the answer).
+    std::uint64_t reranked = 0;
+    /// Calls whose corpus's bf16 copy (half the packed f32 copy's bytes) was not made because the
+    /// packed f32 copy and it together exceed the cache's capacity.
+    std::uint64_t copy_too_large = 0;
+};
 
 /// A runtime cache for the CPU backend. Models `runtime_cache_control`.
 ///
@@ -64,6 +88,8 @@ public:
     /// dropped for the byte cap or by `unmark_constant`) and `clears` since
     /// construction.
     cache_stats stats() const;
+    /// The exact search's counters (`search_stats`); not reset by `clear()`.
+    tenferro::search_stats search_stats() const;
     /// The byte cap.
     std::size_t capacity_bytes() const noexcept;
 

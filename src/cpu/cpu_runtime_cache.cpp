@@ -14,6 +14,7 @@ cpu_runtime_cache::~cpu_runtime_cache() = default;
 
 void cpu_runtime_cache::clear() { state_->clear(); }
 cache_stats cpu_runtime_cache::stats() const { return state_->stats(); }
+search_stats cpu_runtime_cache::search_stats() const { return state_->searches(); }
 std::size_t cpu_runtime_cache::capacity_bytes() const noexcept { return state_->capacity(); }
 void cpu_runtime_cache::mark_constant(const tensor& t) { state_->mark(t); }
 void cpu_runtime_cache::unmark_constant(const tensor& t) { state_->unmark(t); }
@@ -96,6 +97,20 @@ void runtime_cache_state::clear() {
 cache_stats runtime_cache_state::stats() const {
     std::lock_guard lock(mutex_);
     return cache_stats{lru_.size(), retained_, hits_, misses_, evictions_, clears_};
+}
+
+void runtime_cache_state::add_search(const search_stats& s) {
+    std::lock_guard lock(mutex_);
+    searches_.queries += s.queries;
+    searches_.first_pass += s.first_pass;
+    searches_.fallback += s.fallback;
+    searches_.reranked += s.reranked;
+    searches_.copy_too_large += s.copy_too_large;
+}
+
+search_stats runtime_cache_state::searches() const {
+    std::lock_guard lock(mutex_);
+    return searches_;
 }
 
 }  // namespace detail

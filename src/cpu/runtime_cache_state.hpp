@@ -47,6 +47,10 @@ public:
     void clear();
     cache_stats stats() const;
 
+    /// The exact search's counters (cpu_runtime_cache::search_stats), added to by each call.
+    void add_search(const search_stats& s);
+    search_stats searches() const;
+
 private:
     struct entry {
         std::string key;
@@ -66,6 +70,7 @@ private:
     std::vector<tensor> constants_;
     std::size_t retained_ = 0;
     std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, clears_ = 0;
+    search_stats searches_{};
 };
 
 /// The library's (and the tests') way into the private side of

@@ -40,6 +40,10 @@ constexpr std::int64_t panel = 16;   // corpus rows per panel: one vector of 16 
 constexpr std::int64_t block_q = 8;  // queries per first-pass micro-tile
 constexpr float range_limit = 0x1p60f;
 
+// A query's candidate buffer (per task): a few k and a constant. Where twice that reaches n the
+// first pass cannot discard enough to pay: the f32 path runs.
+inline std::int64_t capacity_of(std::int64_t count) noexcept { return 4 * count + 256; }
+
 // The layout of make_bf16_corpus's output: per panel of 16 rows, k2 = ceil(k / 2) vectors of 16
 // dwords (row r's pair t: bf16 of element 2t in the low half, 2t + 1 in the high half), then
 // the norms ||x|| and ||x - bf16(x)|| of every row (n_pad floats each; a flagged row: +inf and 0).
@@ -521,6 +525,10 @@ float emulate_vdpbf16ps(float acc, std::uint32_t a, std::uint32_t b) noexcept {
 
 std::size_t bf16_corpus_bytes(std::int64_t k, std::int64_t n) noexcept { return sd::layout_of(k, n).bytes; }
 
+bool first_pass_applies(std::int64_t n, std::int64_t k, std::int64_t count) noexcept {
+    return k > 0 && count > 0 && 2 * sd::capacity_of(count) <= n;
+}
+
 void make_bf16_corpus(const float* b, std::int64_t b_rs, std::int64_t b_cs, std::int64_t k, std::int64_t n, void* out) {
     const sd::corpus_layout lay = sd::layout_of(k, n);
     auto* base = static_cast<unsigned char*>(out);
@@ -579,8 +587,8 @@ void search(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const vo
     if (m <= 0 || count <= 0) return;
     if (counters != nullptr) counters->queries += m;
     // Where no first pass can pay (no depth, k near n): the f32 path for the whole call.
-    const std::int64_t cap = 4 * count + 256;
-    if (k <= 0 || 2 * cap > n) {
+    const std::int64_t cap = sd::capacity_of(count);
+    if (!first_pass_applies(n, k, count)) {
         run_f32(op, plan, packed_b, run);
         if (counters != nullptr) counters->fallback += m;
         return;

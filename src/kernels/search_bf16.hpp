@@ -52,6 +52,10 @@ void make_bf16_corpus(const float* b, std::int64_t b_rs, std::int64_t b_cs, std:
 
 enum class first_pass { native, emulated };
 
+/// Whether gemm_top_k_bf16 runs the first pass at all for n corpus rows of depth k keeping `count`
+/// (else it is gemm_top_k: no depth, or `count` too close to n for the pass to discard much).
+bool first_pass_applies(std::int64_t n, std::int64_t k, std::int64_t count) noexcept;
+
 /// Whether the target dispatch picks now has a native bf16 dot product (HWY_NATIVE_DOT_BF16).
 bool native_first_pass_available();
 

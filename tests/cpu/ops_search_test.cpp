@@ -14,6 +14,7 @@
 #include "test_asio.hpp"
 
 #include "hwy_targets.hpp"
+#include "kernels/search_bf16.hpp"
 #include "op_test_support.hpp"
 #include "tenferro/cpu_backend.hpp"
 #include "tenferro/cpu_runtime_cache.hpp"
@@ -230,6 +231,59 @@ TEST_CASE("matmul_top_k shares the packed constant with matmul", "[search][cache
     cached([&](backend_session& s) { return s.matmul_top_k(q, corpus.transposed(), 5); });
     CHECK(cache.stats().entries == entries);  // no second packed copy
     CHECK(cache.stats().hits == hits + 1);
+}
+
+TEST_CASE("matmul_top_k over a constant corpus: the bf16 first pass, the same bits, counted", "[search][cache]") {
+    cpu_backend cpu(two_permits());
+    const std::int64_t m = 20, n = 3000, d = 96, k = 10;
+    std::vector<double> qv = random_values(static_cast<std::size_t>(m * d), -1, 1, 51);
+    qv[5 * d + 3] = std::numeric_limits<double>::quiet_NaN();  // query 5: the f32 path
+    qv[6 * d + 0] = 1e30;                                      // query 6: past the range guard
+    const tensor q = tensor_of(dtype::f32, qv, {m, d});
+    std::vector<double> xv = random_values(static_cast<std::size_t>(n * d), -1, 1, 52);
+    xv[100 * d + 7] = std::numeric_limits<double>::infinity();  // a flagged row, always kept
+    const tensor corpus = tensor_of(dtype::f32, xv, {n, d});
+    for_each_target([&](const std::string& target) {
+        INFO(target);
+        const bool native = tenferro::kernels::native_first_pass_available();
+        const search_result want = unfused(cpu, 1, q, corpus.transposed(), k);
+        for (const std::size_t permits : {1, 2}) {
+            cpu_runtime_cache cache;
+            cache.mark_constant(corpus);
+            for (int call = 0; call < 2; ++call) {  // the copy made, then found
+                auto r = cpu.with_backend_session_cached(
+                                cache, session_options{.permits = permits},
+                                [&](backend_session& s) { return s.matmul_top_k(q, corpus.transposed(), k); },
+                                asio::use_future)
+                             .get();
+                REQUIRE(r.has_value());
+                CHECK(same_bits({std::move(r->first), std::move(r->second)}, want));
+            }
+            const search_stats st = cache.search_stats();
+            CHECK(st.queries == 2 * m);
+            CHECK(st.first_pass + st.fallback == 2 * m);
+            CHECK(st.copy_too_large == 0);
+            if (native) {
+                CHECK(st.fallback == 4);  // queries 5 and 6, twice
+                CHECK(st.reranked >= st.first_pass * k);
+                CHECK(st.reranked <= st.first_pass * (k + 30));
+            } else {
+                CHECK(st.first_pass == 0);
+            }
+        }
+        // A cache that holds the packed f32 corpus but not the bf16 copy beside it: the f32 path,
+        // said in the stats.
+        cpu_runtime_cache small(static_cast<std::size_t>(n * d) * 4 + (64 << 10));
+        small.mark_constant(corpus);
+        auto r = cpu.with_backend_session_cached(
+                        small, [&](backend_session& s) { return s.matmul_top_k(q, corpus.transposed(), k); },
+                        asio::use_future)
+                     .get();
+        REQUIRE(r.has_value());
+        CHECK(same_bits({std::move(r->first), std::move(r->second)}, want));
+        CHECK(small.search_stats().fallback == static_cast<std::uint64_t>(m));
+        CHECK(small.search_stats().copy_too_large == (native ? 1u : 0u));
+    });
 }
 
 TEST_CASE("matmul_top_k errors name the op and the operands", "[search][errors]") {

@@ -19,4 +19,11 @@ class cpu_session;
 const void* packed_constant_b(cpu_session& s, const kernels::gemm_plan& plan, const void* b, std::int64_t b_rs,
                               std::int64_t b_cs, std::shared_ptr<const void>& hold);
 
+/// The exact search's first-pass copy of a constant B (kernels/search_bf16.hpp: bf16 rows and two
+/// norms per row) for `plan` (f32), from the cache or made now and inserted, beside the packed f32
+/// copy `packed` (made by packed_constant_b for the same B and plan). nullptr when B is not
+/// constant, or when the two copies together exceed the cache's capacity (`too_large` set).
+const void* bf16_constant_b(cpu_session& s, const kernels::gemm_plan& plan, const void* b, std::int64_t b_rs,
+                            std::int64_t b_cs, std::shared_ptr<const void>& hold, bool& too_large);
+
 }  // namespace tenferro::detail

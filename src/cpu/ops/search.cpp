@@ -11,7 +11,9 @@
 
 #include "cpu/ops/op_support.hpp"
 #include "cpu/ops/packed_constant.hpp"
+#include "cpu/runtime_cache_state.hpp"
 #include "kernels/gemm_top_k.hpp"
+#include "kernels/search_bf16.hpp"
 #include "ops/op_shapes.hpp"
 #include "tenferro/detail/cpu/cpu_session.hpp"
 
@@ -59,6 +61,38 @@ void run_search(cpu_session& s, const search_shape& sh, const const_tensor_view&
     const void* packed = nullptr;
     if (std::all_of(md.batch.begin(), md.batch.end(), [](std::int64_t e) { return e == 1; }))
         packed = packed_constant_b(s, plan.gemm, b.data(), op.b_row_stride, op.b_col_stride, hold);
+
+    // Over a constant f32 corpus, on a target with a bf16 dot product: the first pass with exact
+    // re-ranking (kernels/search_bf16.hpp), the same bits; counted in the cache's search_stats.
+    std::shared_ptr<const void> hold_bf16;
+    const void* corpus = nullptr;
+    search_stats counted{};
+    if (packed != nullptr && gt == kernels::gemm_type::f32) {
+        counted.queries = static_cast<std::uint64_t>(op.m);
+        if (kernels::first_pass_applies(op.n, op.k, op.count) && kernels::native_first_pass_available()) {
+            bool too_large = false;
+            corpus = bf16_constant_b(s, plan.gemm, b.data(), op.b_row_stride, op.b_col_stride, hold_bf16, too_large);
+            counted.copy_too_large = too_large ? 1 : 0;
+        }
+    }
+    if (corpus != nullptr) {
+        op.a = a.data();
+        op.b = b.data();
+        op.values = values.data();
+        op.indices = static_cast<std::int64_t*>(indices.data());
+        kernels::search_counters c{};
+        kernels::gemm_top_k_bf16(op, plan, packed, corpus, kernels::first_pass::native, &c,
+                                 [&](std::int64_t count, kernels::gemm_body body) { s.parallel_for(count, 1, body); });
+        counted.first_pass = static_cast<std::uint64_t>(c.first_pass);
+        counted.fallback = static_cast<std::uint64_t>(c.fallback);
+        counted.reranked = static_cast<std::uint64_t>(c.reranked);
+        cache_access::state(s.cache()).add_search(counted);
+        return;
+    }
+    if (counted.queries != 0) {
+        counted.fallback = counted.queries;
+        cache_access::state(s.cache()).add_search(counted);
+    }
 
     pooled_scratch scratch(s.buffers(), plan.scratch_bytes);
     const std::int64_t batches = element_count(md.batch.span());
