@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/hwy_control.hpp"
+#include "kernels/search_bf16.hpp"
 
 namespace tenferro::bench {
 
@@ -26,5 +27,9 @@ const char* dispatched_highway_target() {
     const std::int64_t t = tenferro::kernels::hwy_control::dispatched_target();
     return t != 0 ? tenferro::kernels::hwy_control::target_name(t) : "none";
 }
+
+void reset_highway_target() { tenferro::kernels::hwy_control::force_target(0); }
+
+bool dispatched_has_first_pass() { return tenferro::kernels::native_first_pass_available(); }
 
 }  // namespace tenferro::bench

@@ -11,4 +11,10 @@ bool force_highway_target(const char* name);
 /// The target dispatch picks now.
 const char* dispatched_highway_target();
 
+/// Back to normal dispatch (the best target compiled and supported).
+void reset_highway_target();
+
+/// Whether that target runs matmul_top_k's bf16 first pass (kernels/search_bf16.hpp).
+bool dispatched_has_first_pass();
+
 }  // namespace tenferro::bench

@@ -19,6 +19,13 @@
 // Exactness, checked on every measured configuration: fused and unfused results have the same
 // bits (values and indices), and every row's top-k index set equals FAISS's.
 //
+// Where the dispatched target has VDPBF16PS (AVX3_ZEN4), matmul_top_k runs its bf16 first pass
+// (docs/design/exact-search-first-pass.md); the f32 path it replaces ("f32/s": the same fused
+// kernel without the first pass, as on the AVX3 target that CPUs without it dispatch to, forced
+// for those calls) is timed beside it and must give the same bits. The bf16 peak is a
+// register-only VDPBF16PS loop; "rr/q" the rows re-ranked in f32 per query, "fp" the share of
+// queries the first pass answered (cpu_runtime_cache::search_stats).
+//
 // Flags: --rows 200000,1000000 --dims 128,768 --batches 1,4,16,64,256,1024 --ks 10,100
 //        --threads 1,2 --rounds 3 --min-ms 300 --unfused-mb 512 --json FILE (one object per line)
 //        --cpu-clock   1-thread figures (and the 1-thread peak) from process CPU time instead of
@@ -170,10 +177,18 @@ int main(int argc, char** argv) {
                 tf::bench::dispatched_highway_target(), tf::bench::fma_peak_isa(),
                 o.cpu_clock ? "1-thread figures in process CPU time" : "wall time");
     std::vector<double> peak(static_cast<std::size_t>(max_threads) + 1, 0);
+    std::vector<double> bf16_peak(static_cast<std::size_t>(max_threads) + 1, 0);
+    const bool first_pass = tf::bench::dispatched_has_first_pass();
     for (std::int64_t t : o.threads) {
         peak[static_cast<std::size_t>(t)] = tf::bench::fma_peak_gflops(static_cast<int>(t), 1.5, o.cpu_clock && t == 1);
         std::printf("f32 FMA peak, %lld thread%s: %.1f GFLOP/s\n", static_cast<long long>(t), t == 1 ? "" : "s",
                     peak[static_cast<std::size_t>(t)]);
+        if (first_pass) {
+            bf16_peak[static_cast<std::size_t>(t)] =
+                tf::bench::dpbf16_peak_gflops(static_cast<int>(t), 1.5, o.cpu_clock && t == 1);
+            std::printf("bf16 VDPBF16PS peak, %lld thread%s: %.1f GFLOP/s\n", static_cast<long long>(t),
+                        t == 1 ? "" : "s", bf16_peak[static_cast<std::size_t>(t)]);
+        }
     }
     tf::cpu_backend_options bo;
     bo.permits = static_cast<std::size_t>(max_threads);
@@ -181,9 +196,12 @@ int main(int argc, char** argv) {
     const std::size_t corpus_bytes = static_cast<std::size_t>(*std::max_element(o.rows.begin(), o.rows.end()) *
                                                               *std::max_element(o.dims.begin(), o.dims.end()) * 4);
     bo.runtime_cache_bytes = corpus_bytes + corpus_bytes / 4 + (std::size_t{16} << 20);
+    // With the first pass: its bf16 copy (half) and the f32 path's packed copy for the forced target.
+    if (first_pass) bo.runtime_cache_bytes += corpus_bytes + corpus_bytes / 2;
     tf::cpu_backend cpu(bo);
-    std::printf("%8s %4s %5s %4s %3s | %10s %7s %6s | %10s %12s | %10s | %6s %6s %s\n", "rows", "d", "batch", "k",
-                "thr", "tenferro/s", "GFLOP/s", "%peak", "FAISS q/s", "mode", "unfused/s", "ratio", "vs unf", "exact");
+    std::printf("%8s %4s %5s %4s %3s | %10s %7s %6s %6s | %10s %12s | %10s | %6s %6s | %10s %6s %5s %4s | %s\n", "rows",
+                "d", "batch", "k", "thr", "tenferro/s", "GFLOP/s", "%peak", "%bf16", "FAISS q/s", "mode", "unfused/s",
+                "ratio", "vs unf", "f32/s", "vs f32", "rr/q", "fp", "exact");
     for (std::int64_t n : o.rows) {
         for (std::int64_t d : o.dims) {
             const tf::tensor corpus = unit_rows(n, d, 1);
@@ -198,7 +216,7 @@ int main(int argc, char** argv) {
                         const tf::const_tensor_view q = queries.slice(0, 0, batch);
                         tf::session_options so;
                         so.permits = static_cast<std::size_t>(threads);
-                        search_out ours, plain;
+                        search_out ours, plain, f32out;
                         auto run_ours = [&] {
                             auto r = cpu.with_backend_session(
                                             so,
@@ -220,6 +238,19 @@ int main(int argc, char** argv) {
                                             asio::use_future)
                                          .get();
                             plain = std::move(*r);
+                        };
+                        auto run_f32 = [&] {
+                            tf::bench::force_highway_target("AVX3");
+                            auto r = cpu.with_backend_session(
+                                            so,
+                                            [&](tf::backend_session& s) {
+                                                auto [v, i] = s.matmul_top_k(q, corpus.transposed(), k);
+                                                return search_out{std::move(v), std::move(i)};
+                                            },
+                                            asio::use_future)
+                                         .get();
+                            tf::bench::reset_highway_target();
+                            f32out = std::move(*r);
                         };
                         std::vector<float> fd(static_cast<std::size_t>(batch * k));
                         std::vector<faiss::Index::idx_t> fi(static_cast<std::size_t>(batch * k));
@@ -248,11 +279,19 @@ int main(int argc, char** argv) {
                             faiss_configs.push_back({0, t, t, "blas"});
                         }
                         run_ours();  // warm-up: the packed corpus, the buffer pool
+                        if (first_pass) run_f32();
                         const bool cpu_time = o.cpu_clock && threads == 1;
-                        double t_ours = 1e30, t_unf = 1e30, t_faiss = 1e30;
+                        double t_ours = 1e30, t_unf = 1e30, t_faiss = 1e30, t_f32 = 1e30;
                         std::string best_mode;
+                        tf::search_stats st0 = cpu.default_cache().search_stats(), st_sum{};
                         for (int round = 0; round < o.rounds; ++round) {
                             t_ours = std::min(t_ours, per_call(o.min_ms, cpu_time, run_ours));
+                            const tf::search_stats st1 = cpu.default_cache().search_stats();
+                            st_sum.queries += st1.queries - st0.queries;
+                            st_sum.first_pass += st1.first_pass - st0.first_pass;
+                            st_sum.reranked += st1.reranked - st0.reranked;
+                            if (first_pass) t_f32 = std::min(t_f32, per_call(o.min_ms, cpu_time, run_f32));
+                            st0 = cpu.default_cache().search_stats();
                             for (const faiss_config& c : faiss_configs) {
                                 omp_set_num_threads(c.omp);
                                 openblas_set_num_threads(c.blas);
@@ -303,6 +342,18 @@ int main(int argc, char** argv) {
                                         std::equal(ids, ids + batch * k,
                                                    static_cast<const std::int64_t*>(plain.indices.data()));
                         }
+                        bool same_as_f32 = true;
+                        if (first_pass)
+                            same_as_f32 = std::equal(static_cast<const std::byte*>(ours.values.data()),
+                                                     static_cast<const std::byte*>(ours.values.data()) + batch * k * 4,
+                                                     static_cast<const std::byte*>(f32out.values.data())) &&
+                                          std::equal(ids, ids + batch * k,
+                                                     static_cast<const std::int64_t*>(f32out.indices.data()));
+                        const double f32q = first_pass ? double(batch) / t_f32 : 0;
+                        const double fp_share =
+                            st_sum.queries != 0 ? double(st_sum.first_pass) / double(st_sum.queries) : 0;
+                        const double rr_per_query =
+                            st_sum.first_pass != 0 ? double(st_sum.reranked) / double(st_sum.first_pass) : 0;
                         const double qps = double(batch) / t_ours, fq = double(batch) / t_faiss;
                         const double gflops = qps * 2.0 * double(d) * double(n) / 1e9;
                         // The peak is measured again beside every configuration and the best kept:
@@ -310,15 +361,21 @@ int main(int argc, char** argv) {
                         double& pk = peak[static_cast<std::size_t>(threads)];
                         pk = std::max(pk, tf::bench::fma_peak_gflops(static_cast<int>(threads), 0.3, cpu_time));
                         const double pct = 100 * gflops / pk;
+                        double& bpk = bf16_peak[static_cast<std::size_t>(threads)];
+                        if (first_pass)
+                            bpk =
+                                std::max(bpk, tf::bench::dpbf16_peak_gflops(static_cast<int>(threads), 0.3, cpu_time));
+                        const double bf16_pct = bpk > 0 ? 100 * gflops / bpk : 0;
                         const double uq = with_unfused ? double(batch) / t_unf : 0;
                         std::printf(
-                            "%8lld %4lld %5lld %4lld %3lld | %10.1f %7.1f %5.1f%% | %10.1f %12s | %10.1f | %5.2fx "
-                            "%5.2fx %s%s\n",
+                            "%8lld %4lld %5lld %4lld %3lld | %10.1f %7.1f %5.1f%% %5.1f%% | %10.1f %12s | %10.1f | "
+                            "%5.2fx %5.2fx | %10.1f %5.2fx %5.1f %3.0f%% | %s%s%s\n",
                             static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(batch),
-                            static_cast<long long>(k), static_cast<long long>(threads), qps, gflops, pct, fq,
-                            best_mode.c_str(), uq, qps / fq, with_unfused ? qps / uq : 0.0,
+                            static_cast<long long>(k), static_cast<long long>(threads), qps, gflops, pct, bf16_pct, fq,
+                            best_mode.c_str(), uq, qps / fq, with_unfused ? qps / uq : 0.0, f32q,
+                            first_pass ? qps / f32q : 0.0, rr_per_query, 100 * fp_share,
                             exact ? (near_ties != 0 ? "100% (near-ties)" : "100%") : "MISMATCH",
-                            same_bits ? "" : " FUSED!=UNFUSED");
+                            same_bits ? "" : " FUSED!=UNFUSED", same_as_f32 ? "" : " FIRST-PASS!=F32");
                         std::fflush(stdout);
                         if (json != nullptr) {
                             std::fprintf(
@@ -328,13 +385,16 @@ int main(int argc, char** argv) {
                                 "\"faiss_qps\": %.3f, \"faiss_mode\": \"%s\", \"unfused_qps\": %.3f, "
                                 "\"agreement\": %.4f, \"near_ties\": %lld, \"bit_identical_to_unfused\": %s, "
                                 "\"target\": \"%s\", \"clock\": "
-                                "\"%s\"}\n",
+                                "\"%s\", \"first_pass\": %s, \"f32_qps\": %.3f, \"bf16_peak_gflops\": %.3f, "
+                                "\"first_pass_share\": %.4f, \"reranked_per_query\": %.2f, "
+                                "\"bit_identical_to_f32\": %s}\n",
                                 static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(batch),
                                 static_cast<long long>(k), static_cast<long long>(threads), qps, gflops,
                                 peak[static_cast<std::size_t>(threads)], fq, best_mode.c_str(), uq,
                                 double(agree) / double(batch), static_cast<long long>(near_ties),
                                 same_bits ? "true" : "false", tf::bench::dispatched_highway_target(),
-                                cpu_time ? "cpu" : "wall");
+                                cpu_time ? "cpu" : "wall", first_pass ? "true" : "false", f32q, bpk, fp_share,
+                                rr_per_query, same_as_f32 ? "true" : "false");
                             std::fflush(json);
                         }
                     }

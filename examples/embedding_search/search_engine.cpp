@@ -28,8 +28,10 @@ namespace embedding_search {
 tf::cpu_backend_options backend_options_for(const server_mode& mode, std::shared_ptr<permit_usage_observer> usage,
                                             std::size_t corpus_bytes) {
     tf::cpu_backend_options o;
-    // The packed corpus (about its own size, panels padded) plus room for plans.
-    o.runtime_cache_bytes = std::max(o.runtime_cache_bytes, corpus_bytes + corpus_bytes / 4 + (std::size_t{16} << 20));
+    // The packed corpus (about its own size, panels padded), the exact search's bf16 copy beside it
+    // (half its size, where the CPU has a bf16 dot product), plus room for plans.
+    o.runtime_cache_bytes =
+        std::max(o.runtime_cache_bytes, corpus_bytes + corpus_bytes * 3 / 4 + (std::size_t{16} << 20));
     const std::size_t io_threads = std::max<std::size_t>(1, mode.io_threads);
     o.permits = mode.inline_compute ? io_threads
                                     : (mode.permits ? mode.permits : std::max(1u, std::thread::hardware_concurrency()));

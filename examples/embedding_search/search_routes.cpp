@@ -258,6 +258,15 @@ std::string search_routes::stats_json() const {
     w.field("entries", cache.entries).field("retained_bytes", cache.retained_bytes);
     w.field("hits", cache.hits).field("misses", cache.misses).field("evictions", cache.evictions);
     w.end_object();
+    // The exact search's first pass (docs/design/exact-search-first-pass.md): how many queries it
+    // answered, how many took the f32 path, and how many corpus rows it re-ranked per query.
+    const tf::search_stats search = cpu.default_cache().search_stats();
+    w.key("search").begin_object();
+    w.field("queries", search.queries).field("first_pass", search.first_pass).field("fallback", search.fallback);
+    w.field("reranked", search.reranked);
+    w.field("reranked_per_query", search.first_pass ? double(search.reranked) / double(search.first_pass) : 0.0);
+    w.field("copy_too_large", search.copy_too_large);
+    w.end_object();
     w.key("buffer_pool").begin_object();
     w.field("capacity_bytes", pool.capacity_bytes).field("retained_bytes", pool.retained_bytes);
     w.field("outstanding_bytes", pool.outstanding_bytes).field("allocations", pool.allocations);

@@ -135,6 +135,12 @@ TEST_CASE("healthz and stats", "[embedding_search]") {
     // The second search reuses the first one's plan from the backend's runtime cache.
     CHECK(doc["runtime_cache"]["entries"].get_uint64().value() >= 1);
     CHECK(doc["runtime_cache"]["hits"].get_uint64().value() >= 1);
+    // The exact search's counters: two queries over the constant corpus, each answered once.
+    const std::uint64_t searched = doc["search"]["queries"].get_uint64().value();
+    CHECK(searched == 2);
+    CHECK(doc["search"]["first_pass"].get_uint64().value() + doc["search"]["fallback"].get_uint64().value() ==
+          searched);
+    CHECK(doc["search"]["copy_too_large"].get_uint64().value() == 0);
     // The batcher's own counters (two searches, each a batch of one on an idle server: B1).
     CHECK(doc["batching"]["batcher"]["submitted"].get_uint64().value() == 2);
     CHECK(doc["batching"]["batcher"]["completed"].get_uint64().value() == 2);
