@@ -2,7 +2,7 @@
 // docs/design/exact-search-first-pass.md).
 //
 // Per task (a range of corpus rows, in panels of 16): for each chunk of rows, for each block of up
-// to 8 queries, the first-pass score tile (VDPBF16PS, or its emulation), then per query a vector
+// to 12 queries, the first-pass score tile (VDPBF16PS, or its emulation), then per query a vector
 // pass computing each row's interval [L, U] from the stored norms: rows with U >= the query's
 // running k-th lower bound enter its candidate buffer, rows with L above it enter its k-heap of
 // lower bounds. Then per query: the final threshold over every task's heap, the candidates that
@@ -11,12 +11,14 @@
 #include "kernels/search_bf16.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #ifndef HWY_DISABLED_TARGETS
@@ -37,7 +39,9 @@ namespace tenferro::kernels::search_detail {
 namespace gd = gemm_detail;
 
 constexpr std::int64_t panel = 16;   // corpus rows per panel: one vector of 16 f32 lanes
-constexpr std::int64_t block_q = 8;  // queries per first-pass micro-tile
+// Queries per first-pass micro-tile: 12 x 2 vectors of accumulators, 2 corpus vectors and a
+// broadcast query pair in 32 registers; 14 loads per 24 VDPBF16PS.
+constexpr std::int64_t block_q = 12;
 constexpr float range_limit = 0x1p60f;
 
 // A query's candidate buffer (per task): a few k and a constant. Where twice that reaches n the
@@ -245,27 +249,17 @@ void tile_rows_native(const sd::call& c, const std::uint32_t* q, std::int64_t p0
     if (v < npanels) tile_native<R, 1>(c, q, p0 + v, tile + v * sd::panel, ld);
 }
 
+using tile_rows_fn = void (*)(const sd::call&, const std::uint32_t*, std::int64_t, int, float*, std::int64_t);
+template <std::size_t... R>
+constexpr std::array<tile_rows_fn, sizeof...(R)> make_tile_rows_table(std::index_sequence<R...>) {
+    return {&tile_rows_native<static_cast<int>(R) + 1>...};
+}
+
 void tile_any(const sd::call& c, const std::uint32_t* q, int rows, std::int64_t p0, int npanels, float* tile,
               std::int64_t ld) {
     if (c.emulated) return tile_emulated(c, q, rows, p0, npanels, tile, ld);
-    switch (rows) {
-    case 1:
-        return tile_rows_native<1>(c, q, p0, npanels, tile, ld);
-    case 2:
-        return tile_rows_native<2>(c, q, p0, npanels, tile, ld);
-    case 3:
-        return tile_rows_native<3>(c, q, p0, npanels, tile, ld);
-    case 4:
-        return tile_rows_native<4>(c, q, p0, npanels, tile, ld);
-    case 5:
-        return tile_rows_native<5>(c, q, p0, npanels, tile, ld);
-    case 6:
-        return tile_rows_native<6>(c, q, p0, npanels, tile, ld);
-    case 7:
-        return tile_rows_native<7>(c, q, p0, npanels, tile, ld);
-    default:
-        return tile_rows_native<8>(c, q, p0, npanels, tile, ld);
-    }
+    static constexpr auto table = make_tile_rows_table(std::make_index_sequence<sd::block_q>{});
+    table[static_cast<std::size_t>(rows - 1)](c, q, p0, npanels, tile, ld);
 }
 
 // Offers one query's first-pass scores s[0, cnt) (rows j0 ..) to its state: a vector pass computes
