@@ -272,21 +272,32 @@ void filter_row(const sd::call& c, const sd::query_bound& qb, sd::query_state& s
     static_assert(L <= 64);
     const auto va = hn::Set(d, qb.a), vb = hn::Set(d, qb.b), vc = hn::Set(d, qb.c), vd = hn::Set(d, qb.d);
     float t = st.heap_n < count ? -std::numeric_limits<float>::infinity() : st.heap[0];
+    const float* norm = c.cnorm + j0;
+    const float* dnorm = c.cdnorm + j0;
     HWY_ALIGN float lo[L];
     HWY_ALIGN float up[L];
-    for (std::int64_t j = 0; j < cnt && !st.overflow; j += L) {
+    for (std::int64_t j = 0; j < cnt; j += L) {
         const auto sv = hn::LoadU(d, s + j);
         const auto eps = hn::MulAdd(
-            vc, hn::Abs(sv),
-            hn::MulAdd(vb, hn::LoadU(d, c.cdnorm + j0 + j), hn::MulAdd(va, hn::LoadU(d, c.cnorm + j0 + j), vd)));
+            vc, hn::Abs(sv), hn::MulAdd(vb, hn::LoadU(d, dnorm + j), hn::MulAdd(va, hn::LoadU(d, norm + j), vd)));
         const auto u = hn::Add(sv, eps);
         const auto pass = hn::Ge(u, hn::Set(d, t));
         if (hn::AllFalse(d, pass)) continue;
         hn::Store(u, d, up);
         hn::Store(hn::Sub(sv, eps), d, lo);
+        // Only the lanes that passed, in row order (each tested again: the threshold rises as they
+        // enter), and none past the chunk's rows.
+        std::uint8_t bytes[8] = {};
+        hn::StoreMaskBits(d, pass, bytes);
+        std::uint64_t bits = 0;
+        for (int b = 7; b >= 0; --b) bits = (bits << 8) | bytes[b];
         const std::int64_t lanes = std::min(L, cnt - j);
-        for (std::int64_t l = 0; l < lanes; ++l)
+        if (lanes < 64) bits &= (std::uint64_t{1} << lanes) - 1;
+        for (; bits != 0; bits &= bits - 1) {
+            const auto l = static_cast<std::int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits));
             if (up[l] >= t) t = sd::offer(st, count, c.cap, j0 + j + l, lo[l], up[l]);
+        }
+        if (st.overflow) return;
     }
 }
 
