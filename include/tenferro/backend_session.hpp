@@ -41,11 +41,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <stop_token>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "tenferro/detail/base/function_ref.hpp"
+#include "tenferro/detail/base/session_stopped.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro {
@@ -406,15 +408,43 @@ public:
     }
     ///@}
 
+    // ---------------------------------------------------------------------
+    /// \name Stopping (S20)
+    /// A session asked to stop (its grant's `session_grant::stop`) sees
+    /// `stop_requested()` turn true, and stay true. Every operation checks at
+    /// its start and between chunks of its work (about 32k element-operations,
+    /// or one GEMM micro-panel, or one search tile), and throws
+    /// `session_stopped`: so does every later operation of the session. An
+    /// `_into` output, or `axpby`'s `y`, may then be partly written.
+    /// `parallel_for` checks before each range; inside a range, the user's code
+    /// looks (`stop_requested()`, `throw_if_stop_requested()`), and how soon it
+    /// does is the user's.
+    ///@{
+    std::stop_token stop_token() const noexcept { return stop_; }
+    bool stop_requested() const noexcept { return stop_.stop_requested(); }
+    /// \throws session_stopped when stop_requested().
+    void throw_if_stop_requested() const {
+        if (stop_.stop_requested()) throw session_stopped();
+    }
+    ///@}
+
 protected:
     backend_session() = default;
+    /// A session that stops when `stop` does.
+    explicit backend_session(std::stop_token stop) noexcept : stop_(std::move(stop)) {}
     virtual ~backend_session() = default;
+
+    /// The token itself, for a backend's operations to mark their threads with.
+    const std::stop_token& stop_token_ref() const noexcept { return stop_; }
 
     /// A new row-major tensor of `type` and `shape` for an allocating form's
     /// result (uninitialised; the `_into` form writes every element). The
     /// default is `tensor::empty(type, shape)`; the CPU backend takes the
     /// storage from its buffer pool.
     virtual tensor allocate(dtype type, std::span<const std::int64_t> shape) const;
+
+private:
+    std::stop_token stop_;
 };
 
 }  // namespace tenferro

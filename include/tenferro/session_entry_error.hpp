@@ -16,6 +16,8 @@
 
 #include <tl/expected.hpp>
 
+#include "tenferro/detail/base/session_stopped.hpp"  // session_stopped (S20)
+
 namespace tenferro {
 
 namespace detail {

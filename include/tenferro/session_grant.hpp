@@ -3,6 +3,7 @@
 /// `session_grant`: what admission hands a backend when it opens a session.
 
 #include <cstddef>
+#include <stop_token>
 
 #include "tenferro/asio.hpp"
 
@@ -22,6 +23,9 @@ struct session_grant {
     std::size_t bytes = 0;
     /// The tenant group it was admitted in (`session_options::group`).
     std::size_t group = 0;
+    /// Stopped when the session is asked to stop (S20). A session that cannot
+    /// be asked gets a token with no stop state (`stop_possible()` false).
+    std::stop_token stop{};
 };
 
 }  // namespace tenferro

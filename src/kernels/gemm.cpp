@@ -11,6 +11,7 @@
 // per-target -inl.h files included below (the map: gemm_plan.hpp).
 
 #include "kernels/gemm.hpp"
+#include "kernels/stop_point.hpp"
 
 #include <algorithm>
 #include <array>
@@ -92,6 +93,7 @@ void stream_rows(const problem<T>& pr, const gemm_plan& plan, std::int64_t i_beg
         const T beta = pc == 0 ? pr.beta : T(1);
         const V vb = hn::Set(d, beta);
         for (std::int64_t jb = j_begin; jb < j_end; jb += width) {
+            stop_point();  // S20
             const std::int64_t w = std::min(width, j_end - jb);
             const std::int64_t full = w / L * L;
             const std::int64_t wpad = gd::round_up(w, L);
@@ -211,6 +213,7 @@ void run_task(const problem<T>& pr, const gemm_plan& plan, std::int64_t task, un
                     ap = apack;
                 }
                 for (std::int64_t jr = 0; jr < nc_eff; jr += NR) {
+                    stop_point();  // S20: a micro-panel (NR x mc x kc) between checks
                     t.cols = std::min(NR, nc_eff - jr);
                     t.b = bp + jr * kc_eff;
                     for (std::int64_t ir = 0; ir < mc_eff; ir += MR) {

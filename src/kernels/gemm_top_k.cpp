@@ -7,6 +7,7 @@
 // best skips almost every score; the few that pass enter a heap of `count`.
 
 #include "kernels/gemm_top_k.hpp"
+#include "kernels/stop_point.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -232,6 +233,7 @@ void run_task(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const 
                 const T* ap = apacked + pc * m_pad + ic * kc_eff;
                 const T* bp = base + pc * stride + (jc - origin) * kc_eff;
                 for (std::int64_t jr = 0; jr < ncols; jr += NR) {
+                    stop_point();  // S20: a micro-panel between checks
                     t.cols = std::min(NR, ncols - jr);
                     t.b = bp + jr * kc_eff;
                     for (std::int64_t ir = 0; ir < rows; ir += MR) {

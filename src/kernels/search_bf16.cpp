@@ -9,6 +9,7 @@
 // reach it scored again with the f32 tile kernel's operation sequence, the top k of those.
 
 #include "kernels/search_bf16.hpp"
+#include "kernels/stop_point.hpp"
 
 #include <algorithm>
 #include <array>
@@ -309,6 +310,7 @@ void first_pass_task(const sd::call& c, std::int64_t task, std::int64_t jb, std:
         const std::int64_t ncols = std::min(c.chunk, je - jc);
         const int npanels = static_cast<int>(gd::ceil_div(ncols, sd::panel));
         for (std::int64_t ic = 0; ic < m; ic += sd::block_q) {
+            stop_point();  // S20: one tile between checks
             const int rows = static_cast<int>(std::min(sd::block_q, m - ic));
             tile_any(c, c.qpairs + ic * k2, rows, jc / sd::panel, npanels, tile, c.chunk);
             for (int r = 0; r < rows; ++r) {
@@ -426,6 +428,7 @@ std::int64_t SearchBf16(const sd::call& c, unsigned char* fallback, gemm_runner*
         std::vector<float> l, scores, panelbuf;
         std::vector<std::int64_t> ids;
         for (std::int64_t i = qb; i < qe; ++i) {
+            stop_point();  // S20: one query's re-ranking between checks
             if (!c.bounds[i].ok || !finish_query(c, i, l, ids, scores, panelbuf, per[static_cast<std::size_t>(i)]))
                 fallback[i] = 1;
         }

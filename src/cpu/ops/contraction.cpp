@@ -443,6 +443,7 @@ void run_plan(cpu_session& s, const contraction_plan& p, const const_tensor_view
 
 void cpu_session::dot_general_into(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg,
                                    const tensor_view& out, double alpha, double beta) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "dot_general_into";
     require_float(op, "a", a.type());
     require_same_dtype(op, "a", a.type(), "b", b.type());
@@ -455,6 +456,7 @@ void cpu_session::dot_general_into(const const_tensor_view& a, const const_tenso
 }
 
 void cpu_session::matmul_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "matmul_into";
     const auto plan = cached_plan(cache(), plan_key('m', a, b, nullptr, out, parallelism()),
                                   [&] { return plan_matmul(op, a, b, out, parallelism()); });

@@ -195,6 +195,7 @@ bool same_view(const const_tensor_view& a, const const_tensor_view& b) {
 
 #define TENFERRO_BINARY_OP(name)                                                                                    \
     void cpu_session::name##_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) { \
+        const op_stop_scope stop(stop_token_ref());                                                                 \
         binary_into(*this, #name "_into", binary_op::name, a, b, out);                                              \
     }
 TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
@@ -202,12 +203,14 @@ TENFERRO_BINARY_OPS(TENFERRO_BINARY_OP)
 
 #define TENFERRO_UNARY_OP(name)                                                         \
     void cpu_session::name##_into(const const_tensor_view& x, const tensor_view& out) { \
+        const op_stop_scope stop(stop_token_ref());                                     \
         unary_into(*this, #name "_into", unary_op::name, x, out);                       \
     }
 TENFERRO_UNARY_OPS(TENFERRO_UNARY_OP)
 #undef TENFERRO_UNARY_OP
 
 void cpu_session::scale_into(const const_tensor_view& x, double alpha, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     std::int64_t n = 0;
     if (dense_float_call(n, out, x)) {
         if (n == 0) return;
@@ -226,6 +229,7 @@ void cpu_session::scale_into(const const_tensor_view& x, double alpha, const ten
 }
 
 void cpu_session::axpby(double alpha, const const_tensor_view& x, double beta, const tensor_view& y) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "axpby";
     require_float(op, "x", x.type());
     require_same_dtype(op, "x", x.type(), "y", y.type());
@@ -241,6 +245,7 @@ void cpu_session::axpby(double alpha, const const_tensor_view& x, double beta, c
 
 void cpu_session::axpby_into(double alpha, const const_tensor_view& x, double beta, const const_tensor_view& y,
                              const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "axpby_into";
     std::int64_t n = 0;
     if (dense_float_call(n, out, x, y)) {

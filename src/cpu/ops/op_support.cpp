@@ -50,12 +50,25 @@ void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
                function_ref<void(std::int64_t, std::int64_t)> body) {
     if (count <= 0) return;
     if (cost < 1) cost = 1;
+    const std::int64_t grain = std::max<std::int64_t>(1, parallel_grain / cost);
+    const auto stepped = [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; i += grain) {
+            kernels::stop_point();
+            body(i, std::min(end, i + grain));
+        }
+    };
+    const bool stoppable = kernels::stop_possible();
     if (session.parallelism() <= 1 || count * cost < parallel_threshold) {
-        body(0, count);
+        if (stoppable)
+            stepped(0, count);
+        else
+            body(0, count);
         return;
     }
-    const std::int64_t grain = std::max<std::int64_t>(1, parallel_grain / cost);
-    session.parallel_for(count, grain, body);
+    if (stoppable)
+        session.parallel_for(count, grain, stepped);
+    else
+        session.parallel_for(count, grain, body);
 }
 
 }  // namespace tenferro::detail::ops

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kernels/nd_loop.hpp"
+#include "kernels/stop_point.hpp"
 #include "ops/operand_checks.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/buffer_pool.hpp"
@@ -42,8 +43,24 @@ inline constexpr std::int64_t parallel_grain = std::int64_t{1} << 15;
 /// Runs `body(begin, end)` over [0, count): inline when `count * cost <
 /// parallel_threshold` or the session has one worker, otherwise through
 /// `session.parallel_for` with ranges of at least `parallel_grain / cost` items.
+/// In an operation that can be stopped (S20), each range is run in steps of
+/// `parallel_grain / cost` items with a stop check before each, so that a stop
+/// is seen within one step whatever the operation's size. (The bodies' results
+/// do not depend on where a range ends: they are bitwise the same whatever the
+/// parallelism.)
 void for_range(backend_session& session, std::int64_t count, std::int64_t cost,
                function_ref<void(std::int64_t, std::int64_t)> body);
+
+/// One operation of a session (S20): marks the calling thread with the
+/// session's stop token for the kernels (kernels/stop_point.hpp) and checks it
+/// once at the start (throws session_stopped).
+class op_stop_scope {
+public:
+    explicit op_stop_scope(const std::stop_token& token) : scope_(token) { kernels::stop_point(); }
+
+private:
+    kernels::stop_scope scope_;
+};
 
 // ---- the contiguous fast path ---------------------------------------------------
 //

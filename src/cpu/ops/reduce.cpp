@@ -221,6 +221,7 @@ void run_norm_squared(cpu_session& s, const const_tensor_view& x, const tensor_v
 #define TENFERRO_REDUCE_OP(name)                                                                           \
     void cpu_session::reduce_##name##_into(const const_tensor_view& x, std::span<const std::int64_t> axes, \
                                            const tensor_view& out) {                                       \
+        const op_stop_scope stop(stop_token_ref());                                                        \
         reduce_into(*this, "reduce_" #name "_into", reduce_op::name, x, axes, out);                        \
     }
 TENFERRO_REDUCE_OP(sum)
@@ -230,6 +231,7 @@ TENFERRO_REDUCE_OP(min)
 #undef TENFERRO_REDUCE_OP
 
 void cpu_session::vdot_into(const const_tensor_view& a, const const_tensor_view& b, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     // The contiguous fast path (op_support.hpp): a and b dense, of one float
     // dtype and shape with n >= 1 elements, a rank-0 `out` of that dtype
     // outside both; the general path's chunks and order.
@@ -255,6 +257,7 @@ void cpu_session::vdot_into(const const_tensor_view& a, const const_tensor_view&
 }
 
 void cpu_session::norm_squared_into(const const_tensor_view& x, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     require_float("norm_squared_into", "x", x.type());
     check_out("norm_squared_into", "out", out, x.type(), {});
     check_no_overlap("norm_squared_into", "out", out, "x", x);

@@ -90,6 +90,7 @@ void run_top_k(cpu_session& s, const const_tensor_view& x, std::int64_t k, std::
 }  // namespace
 
 void cpu_session::softmax_into(const const_tensor_view& x, std::int64_t axis, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     require_float("softmax_into", "x", x.type());
     const std::int64_t ax = normalize_axis("softmax_into", axis, "x", x.shape());
     check_out("softmax_into", "out", out, x.type(), x.shape());
@@ -99,6 +100,7 @@ void cpu_session::softmax_into(const const_tensor_view& x, std::int64_t axis, co
 
 void cpu_session::top_k_into(const const_tensor_view& x, std::int64_t k, std::int64_t axis, const tensor_view& values,
                              const tensor_view& indices) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "top_k_into";
     const top_k_plan p = plan_top_k(op, x, k, axis);
     check_out(op, "values", values, x.type(), p.out_shape.span());

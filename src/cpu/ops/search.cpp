@@ -120,6 +120,7 @@ void run_search(cpu_session& s, const search_shape& sh, const const_tensor_view&
 
 void cpu_session::matmul_top_k_into(const const_tensor_view& a, const const_tensor_view& b, std::int64_t k,
                                     const tensor_view& values, const tensor_view& indices) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "matmul_top_k_into";
     const search_shape sh = check_search(op, a, b, k);
     check_out(op, "values", values, a.type(), sh.out_shape.span());

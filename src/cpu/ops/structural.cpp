@@ -76,6 +76,7 @@ void run_cast(cpu_session& s, const const_tensor_view& x, const tensor_view& out
 }  // namespace
 
 void cpu_session::copy_into(const const_tensor_view& src, const tensor_view& dst) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "copy_into";
     // The contiguous fast path (op_support.hpp): src and dst of one dtype and
     // shape, both dense, disjoint: a memcpy of the bytes.
@@ -111,6 +112,7 @@ void cpu_session::copy_into(const const_tensor_view& src, const tensor_view& dst
 
 void cpu_session::transpose_into(const const_tensor_view& x, std::span<const std::int64_t> perm,
                                  const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "transpose_into";
     const extents p = normalize_perm(op, perm, x);
     const const_tensor_view v = x.transposed(p.span());
@@ -120,6 +122,7 @@ void cpu_session::transpose_into(const const_tensor_view& x, std::span<const std
 }
 
 void cpu_session::cast_into(const const_tensor_view& x, const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "cast_into";
     check_out(op, "out", out, out.type(), x.shape());
     check_no_overlap(op, "out", out, "x", x);
@@ -128,6 +131,7 @@ void cpu_session::cast_into(const const_tensor_view& x, const tensor_view& out) 
 
 void cpu_session::concatenate_into(std::span<const const_tensor_view> inputs, std::int64_t axis,
                                    const tensor_view& out) {
+    const op_stop_scope stop(stop_token_ref());
     constexpr std::string_view op = "concatenate_into";
     const concat_plan p = plan_concat(op, inputs, axis);
     check_out(op, "out", out, inputs[0].type(), p.out_shape.span());

@@ -33,7 +33,7 @@ public:
 
     /// A session sharing the backend's own runtime cache.
     cpu_session open_session(const session_grant& grant) const noexcept {
-        return cpu_session(*pool_, grant.permits, buffers_, default_cache_, grant.bytes);
+        return cpu_session(*pool_, grant.permits, buffers_, default_cache_, grant.bytes, grant.stop);
     }
     /// A session of `with_backend_session_cached`: claims `cache` for the
     /// session's lifetime, or rejects with `contended` when a running session

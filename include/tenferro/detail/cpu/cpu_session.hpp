@@ -64,16 +64,23 @@ private:
 
 class cpu_session final : public backend_session {
 public:
-    /// `byte_cap`: the grant's bytes (0: no cap, P6).
+    /// `byte_cap`: the grant's bytes (0: no cap, P6); `stop`: the grant's stop
+    /// token (S20).
     cpu_session(compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
-                cpu_runtime_cache& cache, std::size_t byte_cap = 0) noexcept
-        : pool_(pool), permits_(permits), buffers_(buffers), cache_(cache), capped_(*buffers, byte_cap) {}
+                cpu_runtime_cache& cache, std::size_t byte_cap = 0, std::stop_token stop = {}) noexcept
+        : backend_session(std::move(stop)),
+          pool_(pool),
+          permits_(permits),
+          buffers_(buffers),
+          cache_(cache),
+          capped_(*buffers, byte_cap) {}
     /// A session of `with_backend_session_cached`: it holds `cache`'s claim
     /// (taken by cpu_engine::open_session) and gives it back when destroyed.
     struct claimed_t {};
     cpu_session(claimed_t, compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
-                cpu_runtime_cache& cache, std::size_t byte_cap = 0) noexcept
-        : pool_(pool),
+                cpu_runtime_cache& cache, std::size_t byte_cap = 0, std::stop_token stop = {}) noexcept
+        : backend_session(std::move(stop)),
+          pool_(pool),
           permits_(permits),
           buffers_(buffers),
           cache_(cache),
@@ -85,10 +92,10 @@ public:
 
     std::string_view backend() const noexcept override { return "cpu"; }
     std::size_t parallelism() const noexcept override { return permits_; }
+    /// Checks the stop before each range (S20), and marks the thread that
+    /// runs it with the session's stop token for the kernels (src/cpu/cpu_engine.cpp).
     void parallel_for(std::int64_t count, std::int64_t grain,
-                      function_ref<void(std::int64_t, std::int64_t)> body) override {
-        pool_.parallel_for(permits_, count, grain, body);
-    }
+                      function_ref<void(std::int64_t, std::int64_t)> body) override;
 
     /// A new row-major tensor whose storage comes from the buffer pool (the
     /// allocating forms' results too).
