@@ -79,13 +79,9 @@ public:
     struct claimed_t {};
     cpu_session(claimed_t, compute_pool& pool, std::size_t permits, const std::shared_ptr<buffer_pool>& buffers,
                 cpu_runtime_cache& cache, std::size_t byte_cap = 0, std::stop_token stop = {}) noexcept
-        : backend_session(std::move(stop)),
-          pool_(pool),
-          permits_(permits),
-          buffers_(buffers),
-          cache_(cache),
-          capped_(*buffers, byte_cap),
-          claimed_(true) {}
+        : cpu_session(pool, permits, buffers, cache, byte_cap, std::move(stop)) {
+        claimed_ = true;
+    }
     ~cpu_session() override {
         if (claimed_) release_claim();
     }
