@@ -124,7 +124,14 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
     ready_at_grant_ = starts_on_caller_ && core_->observer() == nullptr;
 }
 
-entry_base::~entry_base() { discard_error(); }
+entry_base::~entry_base() {
+    phase_.check_destroyable();
+    discard_error();
+}
+
+// Every byte of entry_base is paid by each parked entry (docs/benchmarks.md,
+// the parked-entry bytes); a change of layout must be a decision.
+static_assert(sizeof(void*) != 8 || sizeof(entry_base) == 144, "entry_base changed size: update session-entry.md");
 
 static_assert(static_cast<int>(session_entry_errc::reentered) == 1 &&
                   static_cast<int>(session_entry_errc::deadline_exceeded) <= 255,
@@ -205,14 +212,17 @@ void entry_base::discard_error() noexcept {
 
 bool entry_base::retry_parked(permit_waiter& w) noexcept {
     auto& self = static_cast<entry_base&>(w);
-    return self.retry_handoff(self.parked_);
+    // The lane borrows the queue links, which only a parked entry has free.
+    self.phase_.expect(entry_phase::parked_runner, entry_phase::parked_completion, "the retry lane");
+    return self.retry_handoff(self.phase() == entry_phase::parked_completion ? parked_handoff::completion
+                                                                             : parked_handoff::runner);
 }
 
 void entry_base::retry_later(parked_handoff what) noexcept {
     // Parked through its queue node, whose links are free: an entry parks
     // only once it is out of the queue (granted, or rejected).
     static constinit retry_lane<permit_waiter, &permit_waiter::next_, &entry_base::retry_parked> parked_entries;
-    parked_ = what;
+    phase_.advance(what == parked_handoff::runner ? entry_phase::parked_runner : entry_phase::parked_completion);
     parked_entries.park(*this);
 }
 
@@ -301,7 +311,7 @@ void entry_base::start(session_context* ctx) noexcept {
         // critical section as the grant): ready at the grant means no observer
         // hook to run and no poisoning possible, so the body may be dispatched
         // right here. Nobody is in the hand-off list behind this entry.
-        holds_permits_ = true;
+        phase_.advance(entry_phase::handed_off);
         return run_on_caller(true);
     case acquire_outcome::granted:
         return on_granted(true);
@@ -363,11 +373,12 @@ void entry_base::on_granted(bool at_initiation) noexcept {
                                   "the admission_observer::on_admitted hook threw while admitting this entry");
         }
     }
-    holds_permits_ = true;
+    phase_.advance(entry_phase::admitted);
     schedule(at_initiation);
 }
 
 void entry_base::give_back_grant() noexcept {
+    phase_.advance(entry_phase::rejected);
     permit_queue& queue = core_->queue();
     queue.start_order().note_started(*this);
     // (`this` keeps the host alive meanwhile: it is not handed off.)
@@ -389,9 +400,9 @@ void entry_base::hand_off_in_grant_order(entry_node* chain) noexcept {
         do {
             auto* e = static_cast<entry_base*>(chain);
             chain = chain->handoff_next_;
-            // Entries made ready at their grant never went through
-            // on_granted(); for the others this was set there already.
-            e->holds_permits_ = true;
+            // (Entries made ready at their grant never went through
+            // on_granted(): granted, not admitted.)
+            e->phase_.advance(entry_phase::handed_off);
             e->run_on_caller(false);
         } while (chain != nullptr);
         chain = queue.start_order().next_handoffs();
@@ -401,7 +412,10 @@ void entry_base::hand_off_in_grant_order(entry_node* chain) noexcept {
 void entry_base::schedule(bool at_initiation) noexcept {
     // Scopes run their body on the caller's executor: it orchestrates sessions
     // and must not occupy the compute worker its permit stands for.
-    if (!starts_on_caller_) return core_->pool().submit(*this);
+    if (!starts_on_caller_) {
+        phase_.advance(entry_phase::handed_off);
+        return core_->pool().submit(*this);
+    }
     permit_queue& queue = core_->queue();
     bool alone = false;
     entry_node* chain = queue.start_order().ready_for_handoff(*this, at_initiation && may_start_inline_, alone);
@@ -417,6 +431,7 @@ void entry_base::schedule(bool at_initiation) noexcept {
     // it that became ready meanwhile are handed off behind it.
     // (`this` may be gone after the dispatch; the host is not: we are inside
     // its initiating function.)
+    phase_.advance(entry_phase::handed_off);
     run_on_caller(true);
     hand_off_in_grant_order(queue.start_order().next_handoffs(false));
 }
@@ -451,7 +466,10 @@ void entry_base::run() noexcept {
         queue.note_expired(group_);
         return body_finished();
     }
-    // From here the word times the body (P2), where the host measures.
+    // Its turn came in time: it has started (S17's sense), whatever happens
+    // to the session below. From here the word times the body (P2), where
+    // the host measures.
+    phase_.advance(entry_phase::running);
     when_ = queue.measures_time() ? queue.now() : std::chrono::steady_clock::time_point{};
     try {
         if (kind_ == entry_kind::scope) {
@@ -477,6 +495,7 @@ void entry_base::run() noexcept {
 }
 
 void entry_base::drop() noexcept {
+    phase_.advance(entry_phase::finishing);
     when_ = {};  // the body never started: nothing to charge
     core_->queue().start_order().note_started(*this);
     core_->queue().note_rejected(group_);
@@ -503,6 +522,7 @@ void entry_base::body_dropped() noexcept {
 }
 
 void entry_base::body_finished() noexcept {
+    phase_.advance(entry_phase::finishing);
     // The runner's poster has left the caller's executor before we hand the
     // completion over the same gate (a no-op for runners that were not posted).
     gate_.pass();
@@ -520,14 +540,14 @@ void entry_base::body_finished() noexcept {
 
 void entry_base::release_permits() noexcept {
     core_->queue().start_order().note_started(*this);  // a no-op unless the body never started
+    // Only a body that ended, or never started, gives permits back.
+    phase_.expect(entry_phase::finishing, entry_phase::finishing, "the release of its permits");
     if (scope_) {
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();
         core_->queue().note_completed_without_permits(group_);
         return;
     }
-    if (!holds_permits_) return;  // rejected before the grant: nothing to give back
-    holds_permits_ = false;
     if (admission_observer* observer = core_->observer()) {
         try {
             observer->on_released(permits_);

@@ -81,7 +81,7 @@ void host_core::start_granted(waiter_list granted, entry_node* handoffs) noexcep
     // instead of granting it had reached its deadline first (P4).
     while (permit_waiter* w = granted.pop_front()) {
         auto* e = static_cast<entry_base*>(w);
-        if (w->state_ == permit_waiter::state::removed)
+        if (w->phase() == entry_phase::rejected)
             e->reject(session_entry_errc::deadline_exceeded,
                       "not admitted by its deadline (session_options::deadline); the body did not run");
         else

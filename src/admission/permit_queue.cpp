@@ -51,7 +51,7 @@ void permit_queue::link_locked(group_queue& g, permit_waiter& w) noexcept {
             }
         g.charge = std::max(g.charge, floor);
     }
-    w.state_ = permit_waiter::state::waiting;
+    w.phase_.advance(entry_phase::waiting);
     g.waiters.push_back(w);
     g.queued_permits += w.permits_;
     ++waiting_;
@@ -173,7 +173,7 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
     held_ += w.permits_;
     held_bytes_ += w.bytes_;
     publish_hint_locked();
-    w.state_ = permit_waiter::state::granted;
+    w.phase_.advance(entry_phase::granted);
     ++groups_[w.group_].admitted;
     // Not counted as unstarted, unlike acquire's granted_inline: that count
     // keeps a grant made meanwhile on another thread from starting inline
@@ -187,7 +187,7 @@ bool permit_queue::try_acquire_inline(permit_waiter& w) noexcept {
 }
 
 void permit_queue::grant_locked(entry_node& w, bool ready, bool listed) noexcept {
-    w.state_ = permit_waiter::state::granted;
+    w.phase_.advance(entry_phase::granted);
     ++groups_[w.group_].admitted;
     start_order_.granted_locked(w, ready, listed);
 }
@@ -206,7 +206,7 @@ void permit_queue::grant_fitting_locked(waiter_list& granted, entry_node** hando
             if (head_entry.when_ <= now) {
                 // P4: its deadline passed before its grant; no body starts late.
                 unlink_locked(*head);
-                head->state_ = permit_waiter::state::removed;
+                head->phase_.advance(entry_phase::rejected);
                 ++g->expired;
                 ++g->rejected;
                 granted.push_back(*head);
@@ -267,9 +267,9 @@ waiter_list permit_queue::release(const released_grant& r, entry_node** handoffs
 bool permit_queue::cancel(entry_node& w, waiter_list& granted, entry_node** handoffs) {
     if (handoffs != nullptr) *handoffs = nullptr;
     std::lock_guard lock(mutex_);
-    if (w.state_ != permit_waiter::state::waiting) return false;  // granted or drained first
+    if (w.phase() != entry_phase::waiting) return false;  // granted or drained first
     unlink_locked(w);
-    w.state_ = permit_waiter::state::removed;
+    w.phase_.advance(entry_phase::rejected);
     ++groups_[w.group_].cancelled;
     if (admits_locked()) grant_fitting_locked(granted, handoffs);
     publish_hint_locked();
@@ -284,7 +284,7 @@ std::chrono::steady_clock::time_point permit_queue::expire_due(std::chrono::stea
     while (entry_node* w = deadlines_.front()) {
         if (w->when_ > now) break;
         unlink_locked(*w);
-        w->state_ = permit_waiter::state::removed;
+        w->phase_.advance(entry_phase::rejected);
         group_queue& g = groups_[w->group_];
         ++g.expired;
         ++g.rejected;
@@ -306,7 +306,7 @@ void permit_queue::reject_oversized_locked(waiter_list& rejected) noexcept {
                 g.queued_permits -= w->permits_;
                 --waiting_;
                 leave_locked(static_cast<entry_node&>(*w));
-                w->state_ = permit_waiter::state::removed;
+                w->phase_.advance(entry_phase::rejected);
                 ++g.rejected;
                 rejected.push_back(*w);
             }
@@ -342,7 +342,7 @@ waiter_list permit_queue::drain_locked() {
         while (permit_waiter* w = g.waiters.pop_front()) {
             leave_locked(static_cast<entry_node&>(*w));
             g.queued_permits = 0;
-            w->state_ = permit_waiter::state::removed;
+            w->phase_.advance(entry_phase::rejected);
             ++g.rejected;
             drained.push_back(*w);
         }

@@ -233,7 +233,7 @@ TEST_CASE("P7: growing grants at once, shrinking preempts nobody, oversized wait
     REQUIRE(q.acquire(f, true) == acquire_outcome::queued);  // e holds 1 of 2
     q.set_permits(1, granted, rejected);
     CHECK(ids(std::move(rejected)) == std::vector<int>{6});
-    CHECK(f.state_ == permit_waiter::state::removed);
+    CHECK(f.phase() == entry_phase::rejected);
     (void)q.release(released_grant(e, -1));
     const permit_counters k = q.counters();
     CHECK(k.available == 1);

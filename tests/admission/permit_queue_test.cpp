@@ -31,8 +31,8 @@ TEST_CASE("permit_queue grants at once while permits are free and nobody waits")
     CHECK(q.acquire(a, true) == acquire_outcome::granted);
     CHECK(q.acquire(b, true) == acquire_outcome::granted);
     CHECK(q.acquire(c, true) == acquire_outcome::queued);
-    CHECK(a.state_ == permit_waiter::state::granted);
-    CHECK(c.state_ == permit_waiter::state::waiting);
+    CHECK(a.phase() == entry_phase::granted);
+    CHECK(c.phase() == entry_phase::waiting);
     auto cnt = q.counters();
     CHECK(cnt.available == 0);
     CHECK(cnt.waiting == 1);
@@ -79,7 +79,7 @@ TEST_CASE("permit_queue cancel of a weighted head re-offers the permits at once"
     REQUIRE(q.acquire(tail, true) == acquire_outcome::queued);
     waiter_list granted;
     CHECK(q.cancel(heavy, granted));
-    CHECK(heavy.state_ == permit_waiter::state::removed);
+    CHECK(heavy.phase() == entry_phase::rejected);
     CHECK(ids(std::move(granted)) == std::vector<int>{2});
     CHECK(q.counters().cancelled == 1);
     // Cancelling twice, or after a grant, changes nothing.
@@ -186,9 +186,9 @@ TEST_CASE("permit_queue release hands back the waiters ready at their grant as a
     // c is ready too but waits behind b, which is not (S17).
     CHECK(ids(q.release(3, &chain)) == std::vector<int>{2});
     CHECK(chain_ids(chain) == std::vector<int>{1});
-    CHECK(a.state_ == permit_waiter::state::granted);
-    CHECK(c.state_ == permit_waiter::state::granted);
-    CHECK(d.state_ == permit_waiter::state::waiting);
+    CHECK(a.phase() == entry_phase::granted);
+    CHECK(c.phase() == entry_phase::granted);
+    CHECK(d.phase() == entry_phase::waiting);
 
     // b's hook ran on another thread while this one holds the role: b is left
     // for this thread, which finds b and c when it asks for more.
@@ -234,7 +234,7 @@ TEST_CASE("permit_queue grants inline at once only when nothing granted earlier 
 
     // Clear: a is granted inline, outside the hand-off list, counted unstarted.
     CHECK(q.acquire(caller_started(a, true), true, true) == acquire_outcome::granted_inline);
-    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK(a.phase() == entry_phase::granted);
     CHECK_FALSE(a.handoff_listed_);
 
     // a has not started: b, admitted at once, must not start inline ahead of it.
@@ -267,7 +267,7 @@ TEST_CASE("permit_queue grants inline at once only when nothing granted earlier 
     CHECK(q.acquire(caller_started(e, true), true, true) == acquire_outcome::queued);
     CHECK(q.acquire(caller_started(f, true), false, true) == acquire_outcome::would_wait);
     CHECK(ids(q.release(1)) == std::vector<int>{5});  // heavy (3), then e waits for a permit
-    CHECK(e.state_ == permit_waiter::state::waiting);
+    CHECK(e.phase() == entry_phase::waiting);
     entry_node* chain = nullptr;
     CHECK(ids(q.release(3, &chain)).empty());
     CHECK(chain_ids(chain) == std::vector<int>{6});
@@ -333,7 +333,7 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
     // (its body starts at once on the caller's thread): a second fast entry
     // right behind it is clear too.
     CHECK(q.try_acquire_inline(a));
-    CHECK(a.state_ == permit_waiter::state::granted);
+    CHECK(a.phase() == entry_phase::granted);
     CHECK_FALSE(a.handoff_listed_);
     CHECK_FALSE(a.start_counted_);
     CHECK(q.try_acquire_inline(b));
@@ -352,7 +352,7 @@ TEST_CASE("permit_queue try_acquire_inline grants exactly when acquire would sta
         CHECK(now.completed == cnt.completed);
     };
     CHECK_FALSE(q.try_acquire_inline(c));  // too few permits
-    CHECK(c.state_ == permit_waiter::state::idle);
+    CHECK(c.phase() == entry_phase::idle);
     unchanged("too few permits");
     CHECK(ids(q.release(1)).empty());  // a finishes
     CHECK(ids(q.release(1)).empty());  // b finishes: both permits free

@@ -48,8 +48,13 @@ void renew_inline_return_budget() noexcept;
 template <class Token, class F, class Opener>
 inline constexpr bool awaitable_entry_applies = false;
 
+/// (TENFERRO_MEASURE_NO_AWAITABLE_PATH: off, in a build of the admission
+/// benchmark that measures what this path buys, docs/benchmarks.md.)
 template <class Executor, class F, class Opener>
 inline constexpr bool awaitable_entry_applies<asio::use_awaitable_t<Executor>, F, Opener> =
+#ifdef TENFERRO_MEASURE_NO_AWAITABLE_PATH
+    false &&
+#endif
     !body_traits<F, typename Opener::session_type>::is_async &&
     (std::is_same_v<Executor, asio::io_context::executor_type>
 #if !defined(ASIO_NO_TYPEID) && !defined(BOOST_ASIO_NO_TYPEID)

@@ -110,7 +110,7 @@ protected:
     /// again, by post, when memory is back (S19).
     enum class parked_handoff : unsigned char { runner, completion };
     void retry_later(parked_handoff what) noexcept;
-    /// Tries the parked hand-off again (on the retrying thread): true when it
+    /// Tries the parked hand-off again (the entry's phase says which) (on the retrying thread): true when it
     /// went through or the executor refused it for good, false when memory is
     /// still short.
     virtual bool retry_handoff(parked_handoff what) noexcept = 0;
@@ -205,8 +205,6 @@ private:
     entry_kind kind_;
     bool may_wait_;        // wait_policy::fifo
     bool compute_placed_;  // placement::compute
-    bool holds_permits_ = false;  // granted and announced to the observer
-    parked_handoff parked_ = parked_handoff::runner;  // what a parked entry hands off (retry_later)
     // The admission failure's code (0: none). Its texts are error_texts_: a
     // session_entry_error split in two, since std::optional of one would take
     // three words where these take one (the code fits in this word's padding).

@@ -119,7 +119,12 @@ public:
     /// the posted completion without throwing (it moves after the permits
     /// went back). (Not result_type's own trait: tl::expected<void, E> does
     /// not declare its move noexcept, although nothing in it can throw.)
+    /// TENFERRO_MEASURE_NO_INLINE_PATH turns it off, in a build of the
+    /// admission benchmark that measures what it buys (docs/benchmarks.md).
     static constexpr bool inline_candidate =
+#ifdef TENFERRO_MEASURE_NO_INLINE_PATH
+        false &&
+#endif
         Kind == entry_kind::session && !traits::is_async && uses_op_cache_v<Handler> &&
         (std::is_same_v<handler_executor, asio::io_context::executor_type> ||
          (executor_target_available && std::is_same_v<handler_executor, asio::any_io_executor>)) &&
@@ -253,8 +258,12 @@ private:
 
     // The completion's upcall and its disposal unrun (entry_base's
     // completion_handoff calls them).
-    void upcall() override { finish(); }
+    void upcall() override {
+        phase_.advance(entry_phase::done);
+        finish();
+    }
     void discard() noexcept override {
+        phase_.advance(entry_phase::done);
         // Destroyed unrun by its executor: the slot's handler points here.
         clear_cancellation(handler_);
         destroy();
@@ -308,11 +317,20 @@ private:
     }
 
     bool retry_handoff(parked_handoff what) noexcept override {
-        if (what == parked_handoff::completion)
-            return completion_handoff<entry_base>::try_hand_off(this, work_.executor(), /*may_dispatch=*/false);
+        // The phase moves on before the hand-off (whose receiver may run the
+        // entry at once), and back when memory is still short.
+        if (what == parked_handoff::completion) {
+            phase_.advance(entry_phase::completing);
+            if (completion_handoff<entry_base>::try_hand_off(this, work_.executor(), /*may_dispatch=*/false))
+                return true;
+            phase_.advance(entry_phase::parked_completion);
+            return false;
+        }
+        phase_.advance(entry_phase::handed_off);
         caller_runner fn(this);
         if (try_hand_off(fn, [&](caller_runner&& f) { hop(false, std::move(f)); })) return true;
         (void)fn.release();
+        phase_.advance(entry_phase::parked_runner);
         return false;
     }
 
@@ -428,6 +446,7 @@ private:
         // it frees the op; out of memory, the entry is parked and the
         // completion posted again later (S19). The posted function itself
         // counts as work while it is queued.
+        phase_.advance(entry_phase::completing);
         if (!completion_handoff<entry_base>::try_hand_off(this, work_.executor(), may_dispatch))
             retry_later(parked_handoff::completion);
     }

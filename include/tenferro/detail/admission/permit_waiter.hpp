@@ -7,17 +7,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tenferro/detail/admission/entry_phase.hpp"
 #include "tenferro/detail/async/intrusive_list.hpp"
 
 namespace tenferro::detail {
 
 struct permit_waiter {
-    enum class state : std::uint8_t {
-        idle,     // not yet offered to the queue
-        waiting,  // linked in the queue
-        granted,  // owns `permits` permits
-        removed,  // left the queue without permits (cancelled, shut down, poisoned)
-    };
+    /// Where the entry stands (entry_phase.hpp). The queue moves it from idle
+    /// to waiting, and from idle or waiting to granted, or to rejected when it
+    /// leaves the queue without permits (cancelled, expired, shut down,
+    /// poisoned, resized away); the entry moves it on from there.
+    entry_phase phase() const noexcept { return phase_.get(); }
 
     permit_waiter* prev_ = nullptr;
     permit_waiter* next_ = nullptr;
@@ -26,7 +26,7 @@ struct permit_waiter {
     // permits is rejected before it reaches the queue.)
     std::uint32_t permits_ = 1;
     std::uint16_t group_ = 0;  // its tenant group (P1); a host has at most 2^16 groups
-    state state_ = state::idle;
+    entry_phase_cell phase_;
     std::size_t bytes_ = 0;  // its declared workspace (P6)
 };
 

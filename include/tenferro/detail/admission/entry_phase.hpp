@@ -1,0 +1,146 @@
+#pragma once
+// Where one entry stands in its life: one byte, one writer at a time, every
+// transition checked against the table below in builds with assertions
+// (NDEBUG unset: the sanitizer stages, debug builds).
+//
+//   idle ──► waiting ──► granted ──► admitted ──► handed_off ──► running
+//    │          │           │    └──────────────────┘  ▲ │  │       │
+//    │          ▼           ▼                           │ ▼  │       ▼
+//    │       rejected ◄─ (give back)       parked_runner ◄┘  └──► finishing
+//    │          │                                                     │
+//    └──────────┴────────────────────► completing ◄───────────────────┘
+//                                        ▲    │
+//                        parked_completion ◄──┤
+//                                             ▼
+//                                            done
+//
+// Who writes it, and when ownership passes (docs/design/session-entry.md,
+// "One entry, one phase"):
+//  * Until the grant the queue decides, under its lock: idle → waiting, and
+//    waiting (or idle) → granted or rejected. The race between a grant, a
+//    cancellation, a deadline, a shutdown and a resize is settled there.
+//  * From the grant on, the entry has one owner at a time: the granting
+//    thread, the thread holding the hand-off role (S17), the runner, the
+//    body's thread, the retry lane, the handler's executor. Ownership passes
+//    through a submit, a post, a dispatch or the retry lane's lock, each of
+//    which orders the writes before it with the reads after it.
+//  * Each owner writes the next phase *before* the call that gives the entry
+//    away: the receiver may run it, and free it, at once.
+//  * Only a cancellation reads it concurrently with the owner (under the
+//    queue's lock, to see whether the entry still waits): hence an atomic,
+//    relaxed, since any phase but `waiting` says "too late".
+//  * S20 (stopping a running session) adds a stop request the owner does not
+//    write; it will be a flag beside the phase, set by read-modify-write.
+//
+// The inline fast paths (inline_session.hpp) build no entry: their waiter,
+// on the stack, goes idle → granted and is gone with the frame.
+
+#include <atomic>
+#include <cstdint>
+
+namespace tenferro::detail {
+
+enum class entry_phase : std::uint8_t {
+    idle,  // built, not yet offered to the queue
+    waiting,  // linked in the queue (and in its deadline list, with a deadline)
+    granted,  // holds its permits (or its scope's); not yet announced to the observer
+    rejected,  // will never run and holds nothing: removed from the queue, or refused after its grant
+    admitted,  // announced (on_admitted ran); waits for its turn to be handed off (S17)
+    handed_off,  // its runner is with the compute pool or the caller's executor
+    parked_runner,  // that hand-off failed for want of memory; in the retry lane (S19)
+    running,  // its turn came and its body started: the session opens, the body runs
+    finishing,  // the body is over, or never starts: the permits go back
+    completing,  // the completion is with the handler's executor
+    parked_completion,  // that hand-off failed for want of memory; in the retry lane (S19)
+    done,  // the completion ran, or its executor discarded it: the op is freed
+};
+
+/// The transitions an entry may take (the diagram above).
+constexpr bool may_follow(entry_phase from, entry_phase to) noexcept {
+    using enum entry_phase;
+    switch (to) {
+    case idle:
+        return false;
+    case waiting:
+        return from == idle;
+    case granted:
+        // At initiation (at once, or a scope's permit), or from the queue.
+        return from == idle || from == waiting;
+    case rejected:
+        // Removed by the queue (cancelled, expired, drained, resized away),
+        // or a granted entry refused before its announcement (S18).
+        return from == waiting || from == granted;
+    case admitted:
+        return from == granted;
+    case handed_off:
+        // Entries ready at their grant (no observer) skip the announcement;
+        // a parked runner is handed off again.
+        return from == granted || from == admitted || from == parked_runner;
+    case parked_runner:
+        return from == handed_off;
+    case running:
+        return from == handed_off;
+    case finishing:
+        // From handed_off: the runner was dropped, or its turn came too late
+        // (S18, P4); the body never started.
+        return from == running || from == handed_off;
+    case completing:
+        // Rejected at initiation (idle), by the queue, after the grant, or
+        // done with the permits; a parked completion is handed off again.
+        return from == idle || from == rejected || from == finishing || from == parked_completion;
+    case parked_completion:
+        return from == completing;
+    case done:
+        return from == completing;
+    }
+    return false;
+}
+
+/// The phase's name, for the assertion's message.
+const char* phase_name(entry_phase p) noexcept;
+
+/// Report an illegal transition, or an entry destroyed before it was done,
+/// and abort (src/admission/entry_phase.cpp).
+[[noreturn]] void illegal_phase_transition(entry_phase from, entry_phase to) noexcept;
+[[noreturn]] void destroyed_in_phase(entry_phase p) noexcept;
+[[noreturn]] void unexpected_phase(entry_phase p, const char* where) noexcept;
+
+/// The phase of one entry (or of a permit queue waiter, which is its first part).
+class entry_phase_cell {
+public:
+    entry_phase get() const noexcept { return phase_.load(std::memory_order_relaxed); }
+
+    /// Moves to `to`; with assertions on, checks the move against may_follow.
+    void advance(entry_phase to) noexcept {
+#ifndef NDEBUG
+        const entry_phase from = get();
+        if (!may_follow(from, to)) illegal_phase_transition(from, to);
+#endif
+        phase_.store(to, std::memory_order_relaxed);
+    }
+
+    /// With assertions on, checks that the phase is `a` or `b` at `where`
+    /// (a place that relies on it: a list that borrows the entry's links).
+    void expect(entry_phase a, entry_phase b, const char* where) const noexcept {
+#ifndef NDEBUG
+        const entry_phase p = get();
+        if (p != a && p != b) unexpected_phase(p, where);
+#else
+        (void)a, (void)b, (void)where;
+#endif
+    }
+
+    /// With assertions on, checks that an entry being destroyed is done, or
+    /// never left idle (its initiation failed before it was offered).
+    void check_destroyable() const noexcept {
+#ifndef NDEBUG
+        const entry_phase p = get();
+        if (p != entry_phase::done && p != entry_phase::idle) destroyed_in_phase(p);
+#endif
+    }
+
+private:
+    std::atomic<entry_phase> phase_{entry_phase::idle};
+};
+
+}  // namespace tenferro::detail
