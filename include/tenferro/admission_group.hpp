@@ -37,6 +37,7 @@ struct group_stats {
     /// to its release. Measured when the host has more than one group or
     /// `reject_late` (the clock is read only then); 0 otherwise.
     double busy_permit_seconds;
+    std::uint64_t stopped;  ///< its bodies stopped while running (S20); also in admitted and completed
 };
 
 }  // namespace tenferro

@@ -33,13 +33,17 @@ public:
 /// `completed` those whose body finished (at quiescence the two are equal and
 /// `available == permits`); `rejected` counts entries completed with any
 /// admission error but `cancelled`, which has its own counter; `expired`
-/// counts those of them completed with `deadline_exceeded`. `available` is
+/// counts those of them completed with `deadline_exceeded`. `stopped` counts
+/// bodies that ran and ended by the stop their entry's cancellation asked
+/// for (S20: they complete with `cancelled`, and are counted in neither
+/// `rejected` nor `cancelled`, which count bodies that never ran). `available` is
 /// `permits` minus the permits held, floored at 0 (after `set_permits` shrank
 /// the host below what running sessions hold). `memory_budget` and
 /// `memory_available` are 0 without a byte budget.
 struct admission_stats {
     std::size_t permits, available, waiting;
     std::uint64_t admitted, completed, rejected, cancelled;
+    std::uint64_t stopped;  ///< bodies stopped while running (S20); also in admitted and completed
     std::uint64_t expired;
     std::size_t memory_budget, memory_available;
 };

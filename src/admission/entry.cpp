@@ -131,7 +131,7 @@ entry_base::~entry_base() {
 
 // Every byte of entry_base is paid by each parked entry (docs/benchmarks.md,
 // the parked-entry bytes); a change of layout must be a decision.
-static_assert(sizeof(void*) != 8 || sizeof(entry_base) == 144, "entry_base changed size: update session-entry.md");
+static_assert(sizeof(void*) != 8 || sizeof(entry_base) == 152, "entry_base changed size: update session-entry.md");
 
 static_assert(static_cast<int>(session_entry_errc::reentered) == 1 &&
                   static_cast<int>(session_entry_errc::deadline_exceeded) <= 255,
@@ -436,14 +436,44 @@ void entry_base::schedule(bool at_initiation) noexcept {
     hand_off_in_grant_order(queue.start_order().next_handoffs(false));
 }
 
-void entry_base::cancel_waiting() noexcept {
-    waiter_list granted;
-    entry_node* handoffs = nullptr;
-    const bool removed = core_->queue().cancel(*this, granted, &handoffs);
-    host_core::start_granted(std::move(granted), handoffs);
-    if (removed)
-        reject(session_entry_errc::cancelled, compose_detail({"cancelled while waiting for ", permits_,
-                                                              permits_word(permits_), "; the body did not run"}));
+void entry_base::cancel(asio::cancellation_type_t type) noexcept {
+    if (phase() == entry_phase::waiting) {
+        // S13: the queue decides, under its lock, against a grant made meanwhile.
+        waiter_list granted;
+        entry_node* handoffs = nullptr;
+        const bool removed = core_->queue().cancel(*this, granted, &handoffs);
+        host_core::start_granted(std::move(granted), handoffs);
+        if (removed)
+            return reject(session_entry_errc::cancelled,
+                          compose_detail({"cancelled while waiting for ", permits_, permits_word(permits_),
+                                          "; the body did not run"}));
+    }
+    // Granted (S20): before its start, any request means it never starts (the
+    // runner's try_start() sees it); once it runs, terminal or partial asks
+    // the body to stop, through its session's token. The entry is alive:
+    // its completion runs on this executor, after this handler.
+    constexpr auto stops_running = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+    if (phase_.request_stop((type & stops_running) != asio::cancellation_type::none) == stop_found::running)
+        stop_.request_stop();
+}
+
+bool entry_base::ended_by_stop(const std::exception_ptr& e) const noexcept {
+    if (!e || !stop_requested()) return false;
+    try {
+        std::rethrow_exception(e);
+    } catch (const session_stopped&) {
+        return true;
+    } catch (const asio_system_error& error) {
+        return error.code() == asio::error::operation_aborted;
+    } catch (...) {
+        return false;
+    }
+}
+
+void entry_base::stopped_while_running() noexcept {
+    set_error(session_entry_errc::cancelled,
+              "stopped while running (S20): the entry was cancelled and its body ended by the stop");
+    core_->queue().note_stopped(group_);
 }
 
 void entry_base::run() noexcept {
@@ -466,10 +496,18 @@ void entry_base::run() noexcept {
         queue.note_expired(group_);
         return body_finished();
     }
-    // Its turn came in time: it has started (S17's sense), whatever happens
-    // to the session below. From here the word times the body (P2), where
-    // the host measures.
-    phase_.advance(entry_phase::running);
+    // Its turn came in time. Whether the body starts is decided here, once,
+    // against a request to stop (S20): cancelled after its grant, it never
+    // starts, counted as cancelled (not as stopped).
+    if (!phase_.try_start()) {
+        when_ = {};
+        set_error(session_entry_errc::cancelled,
+                  "cancelled after its grant, before its body started (S20); the body did not run");
+        queue.note_cancelled(group_);
+        return body_finished();
+    }
+    // It has started (S17's sense), whatever happens to the session below.
+    // From here the word times the body (P2), where the host measures.
     when_ = queue.measures_time() ? queue.now() : std::chrono::steady_clock::time_point{};
     try {
         if (kind_ == entry_kind::scope) {
@@ -482,7 +520,7 @@ void entry_base::run() noexcept {
             // body_finished(), so nothing here may touch `this` after it.
             run_session(session_grant{
                 permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
-                scope_ ? 0 : bytes_, group_});
+                scope_ ? 0 : bytes_, group_, stop_.get_token()});
         }
     } catch (...) {
         // Only the runtime's own set-up can get here (allocating the body's

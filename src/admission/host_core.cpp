@@ -61,8 +61,8 @@ void load_libc_unwinder() noexcept {
 
 admission_stats host_core::stats() const {
     const permit_counters c = queue_.counters();
-    return {c.permits,  c.available, c.waiting, c.admitted,      c.completed,
-            c.rejected, c.cancelled, c.expired, c.memory_budget, c.memory_available};
+    return {c.permits,   c.available, c.waiting, c.admitted,      c.completed,       c.rejected,
+            c.cancelled, c.stopped,   c.expired, c.memory_budget, c.memory_available};
 }
 
 std::size_t resolve_permits(std::size_t requested) noexcept {

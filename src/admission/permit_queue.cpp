@@ -383,6 +383,16 @@ void permit_queue::note_expired(std::size_t group) {
     ++g.expired;
 }
 
+void permit_queue::note_cancelled(std::size_t group) {
+    std::lock_guard lock(mutex_);
+    ++groups_[group < groups_.size() ? group : 0].cancelled;
+}
+
+void permit_queue::note_stopped(std::size_t group) {
+    std::lock_guard lock(mutex_);
+    ++groups_[group < groups_.size() ? group : 0].stopped;
+}
+
 void permit_queue::note_rejected(std::size_t group) {
     std::lock_guard lock(mutex_);
     ++groups_[group < groups_.size() ? group : 0].rejected;
@@ -400,6 +410,7 @@ permit_counters permit_queue::counters() const {
         c.rejected += g.rejected;
         c.cancelled += g.cancelled;
         c.expired += g.expired;
+        c.stopped += g.stopped;
     }
     c.memory_budget = memory_budget_;
     c.memory_available = memory_budget_ > held_bytes_ ? memory_budget_ - held_bytes_ : 0;
@@ -412,8 +423,8 @@ group_stats permit_queue::group_counters(std::size_t i) const {
         throw std::out_of_range("group_stats: group " + std::to_string(i) + " of " + std::to_string(groups_.size()));
     std::lock_guard lock(mutex_);
     const group_queue& g = groups_[i];
-    return {g.name,     g.weight,    g.waiters.size(), g.admitted,           g.completed,
-            g.rejected, g.cancelled, g.expired,        g.busy_permit_seconds};
+    return {g.name,      g.weight,  g.waiters.size(),      g.admitted, g.completed, g.rejected,
+            g.cancelled, g.expired, g.busy_permit_seconds, g.stopped};
 }
 
 void permit_queue::wait_until_idle() {

@@ -14,14 +14,13 @@
 // running the io_context until no handler is ready (`settle`), which steps
 // the scenario deterministically on one thread.
 //
+// asyncio's `release()` only wakes a waiter, which takes the lock when it
+// next runs; if it is cancelled in between, the lock passes to the next
+// waiter (test_finished_waiter_cancelled, test_acquire_no_hang). Ours agrees
+// since S20: a granted entry whose body has not started never starts once
+// cancelled, and its permit goes to the next waiter at its turn.
+//
 // Deliberate differences:
-// * asyncio's `release()` only wakes a waiter, which takes the lock when it
-//   next runs; if it is cancelled in between, the lock passes to the next
-//   waiter (test_finished_waiter_cancelled, test_acquire_no_hang). Our grant
-//   is final: once an entry is granted its body runs, and cancelling it
-//   afterwards changes nothing (S13, "once admitted, a body runs to
-//   completion"). The scenarios where both coincide are ported as they are;
-//   where they differ, the test pins our behaviour and says so.
 // * Lock/Semaphore API details with no counterpart: repr, `locked()` (we read
 //   `stats().available`), `release()` of an unacquired lock, `await lock`,
 //   `with lock`, the `loop` parameter, BoundedSemaphore, a negative initial
@@ -171,11 +170,12 @@ TEST_CASE("asyncio: LockTests.test_cancel_release_race (bpo-32734)") {
     CHECK(peer::quiescent(cpu));
 }
 
-TEST_CASE("asyncio: LockTests.test_cancel_release_race, release first (differs: our grant is final)") {
+TEST_CASE("asyncio: LockTests.test_cancel_release_race, release first") {
     // The same race in the other order: the release has already granted t1
-    // (its body is posted, not yet started) when t1 is cancelled. asyncio
-    // would pass the lock on to t2; for us t1 is admitted, so its body runs
-    // (S13) and t2, t3 keep waiting. Still exactly one task holds the lock.
+    // (its body is posted, not yet started) when t1 is cancelled. As in
+    // asyncio, the lock passes on to t2: t1's body never starts (S20), its
+    // permit returns at its turn, and t2 is granted it; t3 keeps waiting.
+    // Still exactly one task holds the lock.
     asio::io_context io;
     test_host cpu({.permits = 1});
     log_t locked;
@@ -196,14 +196,15 @@ TEST_CASE("asyncio: LockTests.test_cancel_release_race, release first (differs: 
     REQUIRE_FALSE(t1.started());  // granted, not yet started
     t1.cancel();
     REQUIRE(settle(io));
-    CHECK(t1.started());
-    CHECK_FALSE(t1.completed());
-    CHECK(locked == log_t{"t1"});
-    CHECK(cpu.stats().waiting == 2);
-    CHECK(cpu.stats().cancelled == 0);
+    CHECK_FALSE(t1.started());
+    CHECK(t1.error() == session_entry_errc::cancelled);
+    CHECK(locked == log_t{"t2"});
+    CHECK(cpu.stats().waiting == 1);
+    CHECK(cpu.stats().cancelled == 1);
+    CHECK(cpu.stats().stopped == 0);  // it never ran
     hs.release_all();
     REQUIRE(settle(io));
-    CHECK(locked == log_t{"t1", "t2", "t3"});
+    CHECK(locked == log_t{"t2", "t3"});
     CHECK(peer::quiescent(cpu));
 }
 
@@ -352,13 +353,11 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_hang (gh-90155)") {
     CHECK(peer::quiescent(cpu));
 }
 
-TEST_CASE("asyncio: SemaphoreTests.test_acquire_no_hang (differs: a granted waiter runs)") {
+TEST_CASE("asyncio: SemaphoreTests.test_acquire_no_hang") {
     // c1 holds the semaphore briefly; c2 waits; after leaving, c1 cancels c2.
-    // asyncio: c2 was only woken, so the cancellation wins, c2's body never
-    // runs and the semaphore is free again. Ours: c1's release granted c2
-    // before c1's continuation ran, so cancelling c2 changes nothing — c2's
-    // body runs once (S13). The point of the test holds for both: nothing
-    // hangs and the semaphore can be acquired afterwards.
+    // c1's release granted c2, whose body is posted but has not started when
+    // c1's continuation cancels it: as in asyncio, the cancellation wins, c2's
+    // body never runs (S20) and the semaphore is free again.
     asio::io_context io;
     test_host cpu({.permits = 1});
     probe c2("c2"), final_acquire;
@@ -375,9 +374,9 @@ TEST_CASE("asyncio: SemaphoreTests.test_acquire_no_hang (differs: a granted wait
     });
     c2.enter(cpu, io);
     REQUIRE(tenferro::test::run_until(io, [&] { return c1_done && c2.completed(); }));
-    CHECK(c2.succeeded());
-    CHECK(c2.runs() == 1);
-    CHECK(cpu.stats().cancelled == 0);
+    CHECK(c2.error() == session_entry_errc::cancelled);
+    CHECK(c2.runs() == 0);
+    CHECK(cpu.stats().cancelled == 1);
     final_acquire.enter(cpu, io, try_on_caller());  // wait_for(sem.acquire(), timeout=1.0)
     REQUIRE(settle(io));
     CHECK(final_acquire.succeeded());

@@ -199,6 +199,7 @@ void world::body_start(int i, std::size_t granted_permits, const sim_session* se
     entry_rec& e = entries[i];
     trace("body of " + name(i) + " starts on " + ctx.name(ctx.current()));
     check(!e.started, "S1: the body of " + name(i) + " started twice");
+    check(!e.cancel_before_start, "S20: the body of " + name(i) + " started after a cancellation that came before");
     e.started = true;
     check(!poison_flag, "S18: the body of " + name(i) + " started after an observer hook threw");
     if (e.kind != rec_kind::inner) {

@@ -303,6 +303,9 @@ void world::run_op(const op& o) {
                         cancel_expect_removed = false;
                     }
                 }
+                // S20: granted, its body not started (its runner not run):
+                // any cancellation means the body never starts.
+                if (e.model == model_state::granted && !e.started && !e.open_failed) e.cancel_before_start = true;
                 e.signal.emit(types[sc.entries[o.index].cancel]);
                 return;
             }

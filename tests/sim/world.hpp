@@ -114,6 +114,9 @@ struct entry_rec {
     bool open_failed = false;  // its runner ran, and open_session failed: its body never starts
     int completions = 0;
     bool cancel_hit_waiting = false;  // a cancellation fired while the model had it waiting
+    // A cancellation fired after its grant and before its body started (S20):
+    // the body must never start, and the entry completes without a value.
+    bool cancel_before_start = false;
     bool poisoned_before_init = false, shut_before_init = false;
     bool fits_host = true;  // permits and group valid at initiation (S11/S12's codes then apply)
     // Admission policies.
@@ -328,8 +331,8 @@ struct world {
             if (e.kind == rec_kind::nested)
                 check(code == session_entry_errc::reentered, "S7: a nested entry did not complete with reentered");
             if (code == session_entry_errc::cancelled)
-                check(e.cancel_hit_waiting,
-                      "S13: " + name(i) + " completed cancelled without being cancelled while waiting");
+                check(e.cancel_hit_waiting || e.cancel_before_start,
+                      "S13/S20: " + name(i) + " completed cancelled without being cancelled before its body started");
             if ((e.poisoned_before_init || e.shut_before_init) && e.kind != rec_kind::nested && e.fits_host)
                 check(code == session_entry_errc::resource_poisoned || code == session_entry_errc::executor,
                       "S11/S12: " + name(i) + " initiated after poisoning/shutdown completed with " + outcome);
@@ -337,6 +340,9 @@ struct world {
         if (e.cancel_hit_waiting)
             check(!r && !ex && r.error().code() == session_entry_errc::cancelled,
                   "S13: " + name(i) + " was cancelled while waiting but completed with " + outcome);
+        if (e.cancel_before_start)  // (poisoning, a deadline or a dropped runner may decide first)
+            check(!r && !ex,
+                  "S20: " + name(i) + " was cancelled before its body started but completed with " + outcome);
         if (e.private_ctx) to_destroy.push_back(e.ctx);
     }
 

@@ -7,6 +7,7 @@
 
 #include <exception>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,8 +41,10 @@ public:
     /// granted inside the initiating function, on the caller's thread.
     void on_granted(bool at_initiation = false) noexcept;
 
-    /// The caller's cancellation slot fired.
-    void cancel_waiting() noexcept;
+    /// The caller's cancellation slot fired: a waiting entry leaves the queue
+    /// (S13); a granted one whose body has not started never starts, and a
+    /// running body is asked to stop when `type` has terminal or partial (S20).
+    void cancel(asio::cancellation_type_t type) noexcept;
 
     /// Completes with an admission failure decided by the queue (drained on
     /// shutdown or poisoning); always by post.
@@ -154,6 +157,21 @@ protected:
     void opened_rejected(const session_entry_error& error) noexcept;
     /// Opening the session threw: complete with `executor`, the message kept.
     void open_threw() noexcept;
+    /// Gives the entry the stop state its body's session will see (S20): for
+    /// an entry that can be cancelled, made at initiation. Throws bad_alloc.
+    void make_stoppable() {
+        stop_ = std::stop_source();
+        phase_.make_stoppable();
+    }
+    /// True when the body's exit `e` is the stop it was asked for: a stop was
+    /// requested and `e` is session_stopped, or Asio's operation_aborted from
+    /// an asynchronous body's own awaits (S20).
+    bool ended_by_stop(const std::exception_ptr& e) const noexcept;
+    /// The body ended by the stop asked of it: the entry completes with
+    /// `cancelled`, counted as stopped (S20).
+    void stopped_while_running() noexcept;
+    /// A stop was asked of this entry (S20).
+    bool stop_requested() const noexcept { return phase_.stop_requested(); }
     /// An asynchronous body's context (with its session): closed at the end.
     void set_body_context(std::shared_ptr<session_context> ctx) noexcept { body_context_ = std::move(ctx); }
 
@@ -219,6 +237,9 @@ private:
     std::shared_ptr<session_context> scope_;         // the scope whose permit this entry reuses
     std::shared_ptr<session_context> body_context_;  // an async body's own context
     session_entry_error::texts* error_texts_ = nullptr;  // shared, immutable; null when out of memory
+    // S20: what the body's session sees (grant.stop). No state (nothing
+    // allocated) for an entry nobody can cancel.
+    std::stop_source stop_{std::nostopstate};
 };
 
 }  // namespace tenferro::detail

@@ -241,13 +241,18 @@ private:
     /// Installed before the entry is queued, so a grant racing with us on
     /// another thread never finds the slot half-built; cleared by the
     /// completion routine (cancellation.hpp). Typed on entry_base: one
-    /// cancellation handler type for every entry. Out of memory for the
-    /// handler, the entry completes with `executor` without queueing (false):
-    /// waiting with no way to be cancelled is not what the caller asked for.
+    /// cancellation handler type for every entry. An entry that can be
+    /// cancelled also gets its stop state here (S20: a running body is asked
+    /// to stop through it); one that cannot pays for neither. Out of memory
+    /// for either, the entry completes with `executor` without queueing
+    /// (false): waiting with no way to be cancelled is not what the caller
+    /// asked for.
     bool install_cancellation_handler() noexcept {
         try {
-            connect_cancellation<&entry_base::cancel_waiting>(asio::get_associated_cancellation_slot(handler_),
-                                                              static_cast<entry_base*>(this));
+            auto slot = asio::get_associated_cancellation_slot(handler_);
+            if (!slot.is_connected()) return true;
+            make_stoppable();
+            connect_cancellation<&entry_base::cancel>(std::move(slot), static_cast<entry_base*>(this));
             return true;
         } catch (...) {
             reject_counted(session_entry_errc::executor,
@@ -274,7 +279,9 @@ private:
     /// coroutine), it finishes the entry with `executor`.
     struct async_completion_policy {
         static void run(entry_op& op, std::exception_ptr e) {
-            if (e)
+            if (op.ended_by_stop(e))
+                op.stopped_while_running();
+            else if (e)
                 op.exception_ = std::move(e);
             else if constexpr (std::is_void_v<R>)
                 op.value_ = true;
@@ -282,7 +289,9 @@ private:
         }
         template <class V>
         static void run(entry_op& op, std::exception_ptr e, V&& value) {
-            if (e)
+            if (op.ended_by_stop(e))
+                op.stopped_while_running();
+            else if (e)
                 op.exception_ = std::move(e);
             else
                 op.value_.emplace(std::forward<V>(value));
@@ -398,6 +407,13 @@ private:
                 } else {
                     value_.emplace(std::invoke(*body_, session));
                 }
+            } catch (const session_stopped&) {
+                // The stop asked of this entry (S20) completes it as a value;
+                // one nobody asked for is the body's own exception (S2).
+                if (stop_requested())
+                    stopped_while_running();
+                else
+                    exception_ = std::current_exception();
             } catch (...) {
                 exception_ = std::current_exception();
             }

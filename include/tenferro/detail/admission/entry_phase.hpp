@@ -26,11 +26,11 @@
 //    which orders the writes before it with the reads after it.
 //  * Each owner writes the next phase *before* the call that gives the entry
 //    away: the receiver may run it, and free it, at once.
-//  * Only a cancellation reads it concurrently with the owner (under the
-//    queue's lock, to see whether the entry still waits): hence an atomic,
-//    relaxed, since any phase but `waiting` says "too late".
-//  * S20 (stopping a running session) adds a stop request the owner does not
-//    write; it will be a flag beside the phase, set by read-modify-write.
+//  * A cancellation reads it concurrently with the owner: under the queue's
+//    lock, to see whether the entry still waits (S13), and then to record a
+//    request to stop (S20) in a bit beside the phase, by compare-and-swap.
+//    Hence an atomic byte whose every move is a read-modify-write that keeps
+//    that bit; the body starts only if try_start() wins against the request.
 //
 // The inline fast paths (inline_session.hpp) build no entry: their waiter,
 // on the stack, goes idle → granted and is gone with the frame.
@@ -105,18 +105,101 @@ const char* phase_name(entry_phase p) noexcept;
 [[noreturn]] void destroyed_in_phase(entry_phase p) noexcept;
 [[noreturn]] void unexpected_phase(entry_phase p, const char* where) noexcept;
 
-/// The phase of one entry (or of a permit queue waiter, which is its first part).
+/// What a request to stop (S20) found, at the moment it was made.
+enum class stop_found : std::uint8_t {
+    waiting,  // still in the queue: S13's case, the queue removes it
+    before_start,  // granted, its body not started: it never starts
+    running,  // its body runs: the body is asked to stop
+    too_late,  // not yet offered, or its body is over: nothing to stop
+};
+
+/// The phase of one entry (or of a permit queue waiter, which is its first
+/// part), and whether it was asked to stop (S20). The phase has one writer at
+/// a time; the stop request comes from whoever asks (the caller's
+/// cancellation slot), so every move of the phase is a read-modify-write that
+/// keeps the request, and "has the body started" is decided by one
+/// compare-and-swap, try_start(), against request_stop()'s.
 class entry_phase_cell {
 public:
-    entry_phase get() const noexcept { return phase_.load(std::memory_order_relaxed); }
+    entry_phase get() const noexcept { return phase_of(bits_.load(std::memory_order_relaxed)); }
+    /// A stop was asked for (sticky).
+    bool stop_requested() const noexcept { return (bits_.load(std::memory_order_acquire) & stop_bit) != 0; }
 
-    /// Moves to `to`; with assertions on, checks the move against may_follow.
+    /// Marks an entry that can be asked to stop (its cancellation handler is
+    /// installed), before anyone else can see it. Only such an entry's moves
+    /// need read-modify-writes: nobody sets a bit in another's byte.
+    void make_stoppable() noexcept {
+        bits_.store(static_cast<std::uint8_t>(bits_.load(std::memory_order_relaxed) | stoppable_bit),
+                    std::memory_order_relaxed);
+    }
+
+    /// Moves to `to`, keeping a stop request; with assertions on, checks the
+    /// move against may_follow.
     void advance(entry_phase to) noexcept {
+        const std::uint8_t was = bits_.load(std::memory_order_relaxed);
+        const entry_phase from = phase_of(was);
 #ifndef NDEBUG
-        const entry_phase from = get();
         if (!may_follow(from, to)) illegal_phase_transition(from, to);
 #endif
-        phase_.store(to, std::memory_order_relaxed);
+        const auto change = static_cast<std::uint8_t>(static_cast<std::uint8_t>(from) ^ static_cast<std::uint8_t>(to));
+        if ((was & stoppable_bit) == 0) {
+            bits_.store(static_cast<std::uint8_t>(was ^ change), std::memory_order_relaxed);
+            return;
+        }
+        // Only this owner changes the phase bits; a concurrent request only
+        // sets the stop bit, which the exclusive-or leaves as it finds it.
+        bits_.fetch_xor(change, std::memory_order_acq_rel);
+    }
+
+    /// The runner's turn: handed_off -> running, unless a stop was asked
+    /// first (then the phase stays handed_off and the body never starts).
+    bool try_start() noexcept {
+        std::uint8_t was = bits_.load(std::memory_order_relaxed);
+        for (;;) {
+#ifndef NDEBUG
+            if (phase_of(was) != entry_phase::handed_off) illegal_phase_transition(phase_of(was), entry_phase::running);
+#endif
+            if ((was & stop_bit) != 0) return false;
+            const auto running =
+                static_cast<std::uint8_t>((was & ~phase_mask) | static_cast<std::uint8_t>(entry_phase::running));
+            if ((was & stoppable_bit) == 0) {
+                bits_.store(running, std::memory_order_relaxed);
+                return true;
+            }
+            if (bits_.compare_exchange_weak(was, running, std::memory_order_acq_rel, std::memory_order_relaxed))
+                return true;
+        }
+    }
+
+    /// Records a request to stop, where it applies: to a granted entry whose
+    /// body has not started (any request), or to a running body when
+    /// `may_stop_running` (S20: a mask with terminal or partial). Says what
+    /// it found; `waiting` and `too_late` record nothing.
+    stop_found request_stop(bool may_stop_running) noexcept {
+        std::uint8_t was = bits_.load(std::memory_order_relaxed);
+        for (;;) {
+            stop_found found = stop_found::too_late;
+            switch (phase_of(was)) {
+            case entry_phase::waiting:
+                return stop_found::waiting;
+            case entry_phase::granted:
+            case entry_phase::admitted:
+            case entry_phase::handed_off:
+            case entry_phase::parked_runner:
+                found = stop_found::before_start;
+                break;
+            case entry_phase::running:
+                if (!may_stop_running) return stop_found::too_late;
+                found = stop_found::running;
+                break;
+            default:
+                return stop_found::too_late;
+            }
+            if ((was & stop_bit) != 0) return found;  // asked before: once is enough
+            if (bits_.compare_exchange_weak(was, static_cast<std::uint8_t>(was | stop_bit), std::memory_order_acq_rel,
+                                            std::memory_order_relaxed))
+                return found;
+        }
     }
 
     /// With assertions on, checks that the phase is `a` or `b` at `where`
@@ -140,7 +223,14 @@ public:
     }
 
 private:
-    std::atomic<entry_phase> phase_{entry_phase::idle};
+    static constexpr std::uint8_t phase_mask = 0x0f;
+    static constexpr std::uint8_t stop_bit = 0x40;
+    static constexpr std::uint8_t stoppable_bit = 0x80;
+    static constexpr entry_phase phase_of(std::uint8_t bits) noexcept {
+        return static_cast<entry_phase>(bits & phase_mask);
+    }
+
+    std::atomic<std::uint8_t> bits_{static_cast<std::uint8_t>(entry_phase::idle)};
 };
 
 }  // namespace tenferro::detail

@@ -73,6 +73,7 @@ enum class acquire_outcome : std::uint8_t {
 struct permit_counters {
     std::size_t permits = 0, available = 0, waiting = 0;
     std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
+    std::uint64_t stopped = 0;  // S20: bodies stopped while running
     std::size_t memory_budget = 0, memory_available = 0;
     std::size_t held_bytes = 0;  // may exceed the budget after a shrink (P7), when memory_available is 0
 };
@@ -177,6 +178,12 @@ public:
     void note_rejected(std::size_t group = 0);
     /// A granted entry that reached its start after its deadline (P4): rejected and expired.
     void note_expired(std::size_t group);
+    /// A granted entry cancelled before its body started (S20): cancelled,
+    /// as a waiter cancelled in the queue is.
+    void note_cancelled(std::size_t group);
+    /// A body that ended by the stop asked of it (S20): stopped (it was
+    /// admitted, and completes).
+    void note_stopped(std::size_t group);
 
     /// The start order of the bodies this queue grants (S17).
     start_sequencer& start_order() noexcept { return start_order_; }
@@ -273,7 +280,7 @@ private:
         std::size_t max_waiters = 0;
         double charge = 0;  // permit-seconds / weight served so far (P2), from where it last became backlogged (P3)
         double busy_permit_seconds = 0;
-        std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0;
+        std::uint64_t admitted = 0, completed = 0, rejected = 0, cancelled = 0, expired = 0, stopped = 0;
         std::size_t queued_permits = 0;  // over its waiters (P5's prediction)
         double mean_seconds = -1;        // its sessions' recent mean duration; -1: none measured yet
     };

@@ -6,6 +6,7 @@
 // not kept: the handler hands out the same slot again.
 
 #include <functional>
+#include <type_traits>
 #include <utility>
 
 #include "tenferro/asio.hpp"
@@ -23,7 +24,9 @@ constexpr bool cancel_requested(asio::cancellation_type_t type) noexcept {
 
 /// The handler an operation installs in the slot: forwards every requested
 /// cancellation to `Cancel(target)` (a member function of the target, or a
-/// function taking it). `Target` is the operation's pointer, or a smart pointer.
+/// function taking it), or to `Cancel(target, type)` where that is how
+/// `Cancel` is called (an entry, whose answer depends on the type once its
+/// body runs, S20). `Target` is the operation's pointer, or a smart pointer.
 template <class Target, auto Cancel>
 class cancel_forwarder {
 public:
@@ -31,7 +34,11 @@ public:
     // aggregate initialisation, which the slot's emplace uses.)
     explicit cancel_forwarder(Target target) noexcept : target_(std::move(target)) {}
     void operator()(asio::cancellation_type_t type) const {
-        if (cancel_requested(type)) std::invoke(Cancel, target_);
+        if (!cancel_requested(type)) return;
+        if constexpr (std::is_invocable_v<decltype(Cancel), const Target&, asio::cancellation_type_t>)
+            std::invoke(Cancel, target_, type);
+        else
+            std::invoke(Cancel, target_);
     }
 
 private:
