@@ -123,8 +123,11 @@ void render_group_metrics(prometheus_writer& w, const engine_snapshot& e, const 
     per_group("tenferro_admission_group_rejected_total", "counter",
               "A group's entries completed with an admission error other than cancelled.", true,
               [](gs g) { return g.admission.rejected; });
-    per_group("tenferro_admission_group_cancelled_total", "counter", "A group's entries cancelled while waiting.", true,
+    per_group("tenferro_admission_group_cancelled_total", "counter",
+              "A group's entries cancelled before their body started.", true,
               [](gs g) { return g.admission.cancelled; });
+    per_group("tenferro_admission_group_stopped_total", "counter", "A group's bodies stopped while running (S20).",
+              true, [](gs g) { return g.admission.stopped; });
     per_group("tenferro_admission_group_expired_total", "counter",
               "A group's entries completed with deadline_exceeded.", true, [](gs g) { return g.admission.expired; });
     per_group("tenferro_admission_group_busy_permit_seconds_total", "counter",
@@ -237,8 +240,10 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
     w.family("tenferro_admission_rejected_total", "counter",
              "Entries completed with an admission error other than cancelled.")
         .sample("tenferro_admission_rejected_total", host, double(a.rejected));
-    w.family("tenferro_admission_cancelled_total", "counter", "Entries cancelled while waiting.")
+    w.family("tenferro_admission_cancelled_total", "counter", "Entries cancelled before their body started.")
         .sample("tenferro_admission_cancelled_total", host, double(a.cancelled));
+    w.family("tenferro_admission_stopped_total", "counter", "Bodies stopped while running (S20).")
+        .sample("tenferro_admission_stopped_total", host, double(a.stopped));
     w.family("tenferro_admission_expired_total", "counter", "Entries completed with deadline_exceeded.")
         .sample("tenferro_admission_expired_total", host, double(a.expired));
     w.family("tenferro_admission_busy_permit_seconds_total", "counter",

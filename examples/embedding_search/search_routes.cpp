@@ -214,7 +214,7 @@ std::string search_routes::stats_json() const {
     w.key("admission").begin_object();
     w.field("permits", a.permits).field("available", a.available).field("waiting", a.waiting);
     w.field("admitted", a.admitted).field("completed", a.completed).field("rejected", a.rejected);
-    w.field("cancelled", a.cancelled).field("expired", a.expired);
+    w.field("cancelled", a.cancelled).field("stopped", a.stopped).field("expired", a.expired);
     w.field("busy_permit_seconds", e.busy_permit_seconds);
     w.field("utilisation", s.uptime_seconds > 0 ? e.busy_permit_seconds / (double(a.permits) * s.uptime_seconds) : 0.0);
     write_histogram(w, "wait_ms", e.admission_wait);
@@ -240,7 +240,8 @@ std::string search_routes::stats_json() const {
         w.begin_object().field("name", gs.name).field("weight", ga.weight);
         w.key("admission").begin_object();
         w.field("waiting", ga.waiting).field("admitted", ga.admitted).field("completed", ga.completed);
-        w.field("rejected", ga.rejected).field("cancelled", ga.cancelled).field("expired", ga.expired);
+        w.field("rejected", ga.rejected).field("cancelled", ga.cancelled).field("stopped", ga.stopped);
+        w.field("expired", ga.expired);
         w.field("busy_permit_seconds", ga.busy_permit_seconds);
         w.end_object();
         w.field("requests", gs.requests).field("waiting", gs.waiting).field("shed", gs.shed);
