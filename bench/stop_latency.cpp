@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_session_fixture.hpp"
 #include "hwy_target_select.hpp"
 
 namespace tf = tenferro;
@@ -37,21 +38,13 @@ namespace {
 
 double ms(clock_type::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-tf::tensor filled(std::int64_t rows, std::int64_t cols, float value) {
-    const std::vector<float> v(static_cast<std::size_t>(rows * cols), value);
-    return tf::tensor::from(std::span<const float>(v), {rows, cols});
-}
+using tf::test::filled;
 
-struct session_fixture {
+/// A session on its own pool, with the larger buffer pool and cache the
+/// benchmark's shapes want.
+struct session_fixture : tf::test::cpu_session_fixture {
     session_fixture(std::size_t permits, std::stop_token stop)
-        : pool(permits, {}),
-          buffers(std::make_shared<tf::buffer_pool>(std::size_t{256} << 20)),
-          cache(std::size_t{512} << 20),
-          session(pool, permits, buffers, cache, 0, std::move(stop)) {}
-    tf::detail::compute_pool pool;
-    std::shared_ptr<tf::buffer_pool> buffers;
-    tf::cpu_runtime_cache cache;
-    tf::detail::cpu_session session;
+        : cpu_session_fixture(permits, std::move(stop), std::size_t{256} << 20, std::size_t{512} << 20) {}
 };
 
 struct workload {

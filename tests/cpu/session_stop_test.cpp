@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include "cpu_session_fixture.hpp"
 
 using namespace tenferro;
 
@@ -36,24 +37,8 @@ namespace {
 
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 
-tensor filled(std::int64_t rows, std::int64_t cols, float value) {
-    const std::vector<float> v(static_cast<std::size_t>(rows * cols), value);
-    return tensor::from(std::span<const float>(v), {rows, cols});
-}
-
-/// A CPU session of `permits` permits on its own pool, stopping with `stop`.
-struct session_fixture {
-    explicit session_fixture(std::size_t permits, std::stop_token stop = {})
-        : pool(permits, {}),
-          buffers(std::make_shared<buffer_pool>(std::size_t{64} << 20)),
-          cache(std::size_t{256} << 20),
-          session(pool, permits, buffers, cache, 0, std::move(stop)) {}
-
-    detail::compute_pool pool;
-    std::shared_ptr<buffer_pool> buffers;
-    cpu_runtime_cache cache;
-    detail::cpu_session session;
-};
+using test::filled;
+using session_fixture = test::cpu_session_fixture;
 
 /// Asks `source` to stop once `watched` is no longer NaN (the operation has
 /// started writing), from its own thread.
