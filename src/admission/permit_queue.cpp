@@ -376,26 +376,30 @@ void permit_queue::note_completed_without_permits(std::size_t group) {
     if (idle_waited_ && idle_locked()) idle_cv_.notify_all();
 }
 
+permit_queue::group_queue& permit_queue::counted_group_locked(std::size_t group) noexcept {
+    return groups_[group < groups_.size() ? group : 0];
+}
+
 void permit_queue::note_expired(std::size_t group) {
     std::lock_guard lock(mutex_);
-    group_queue& g = groups_[group < groups_.size() ? group : 0];
+    group_queue& g = counted_group_locked(group);
     ++g.rejected;
     ++g.expired;
 }
 
 void permit_queue::note_cancelled(std::size_t group) {
     std::lock_guard lock(mutex_);
-    ++groups_[group < groups_.size() ? group : 0].cancelled;
+    ++counted_group_locked(group).cancelled;
 }
 
 void permit_queue::note_stopped(std::size_t group) {
     std::lock_guard lock(mutex_);
-    ++groups_[group < groups_.size() ? group : 0].stopped;
+    ++counted_group_locked(group).stopped;
 }
 
 void permit_queue::note_rejected(std::size_t group) {
     std::lock_guard lock(mutex_);
-    ++groups_[group < groups_.size() ? group : 0].rejected;
+    ++counted_group_locked(group).rejected;
 }
 
 permit_counters permit_queue::counters() const {

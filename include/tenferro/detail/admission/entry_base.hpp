@@ -113,9 +113,9 @@ protected:
     /// again, by post, when memory is back (S19).
     enum class parked_handoff : unsigned char { runner, completion };
     void retry_later(parked_handoff what) noexcept;
-    /// Tries the parked hand-off again (the entry's phase says which) (on the retrying thread): true when it
-    /// went through or the executor refused it for good, false when memory is
-    /// still short.
+    /// Tries the parked hand-off `what` again, on the retrying thread: true
+    /// when it went through or the executor refused it for good, false when
+    /// memory is still short (the entry's phase says which one is parked).
     virtual bool retry_handoff(parked_handoff what) noexcept = 0;
     /// retry_handoff for the entry whose queue node is `w` (its retry lane's
     /// function: a parked entry is threaded through its queue node).

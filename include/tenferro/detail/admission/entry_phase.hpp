@@ -29,8 +29,10 @@
 //  * A cancellation reads it concurrently with the owner: under the queue's
 //    lock, to see whether the entry still waits (S13), and then to record a
 //    request to stop (S20) in a bit beside the phase, by compare-and-swap.
-//    Hence an atomic byte whose every move is a read-modify-write that keeps
-//    that bit; the body starts only if try_start() wins against the request.
+//    Hence an atomic byte. An entry that can be cancelled (a connected slot)
+//    moves its phase by read-modify-writes that keep that bit, and its body
+//    starts only if try_start() wins against the request; any other entry's
+//    byte has no second writer, and its moves are plain stores.
 //
 // The inline fast paths (inline_session.hpp) build no entry: their waiter,
 // on the stack, goes idle → granted and is gone with the frame.

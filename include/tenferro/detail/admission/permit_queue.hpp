@@ -253,6 +253,10 @@ private:
     struct group_queue;
     group_queue* next_group_locked() noexcept;
     void link_locked(group_queue& g, permit_waiter& w) noexcept;
+    /// The group whose counters the note_* calls bump: `group`, or the
+    /// default group for an index the host does not have (an entry rejected
+    /// for its group is still counted).
+    group_queue& counted_group_locked(std::size_t group) noexcept;
     void unlink_locked(permit_waiter& w) noexcept;
     /// The entry leaves the waiting state: out of its group's FIFO, and out of
     /// the deadline list if it has a deadline.
