@@ -4,7 +4,7 @@
 /// itself. Items submitted while the batcher's sessions wait for admission or
 /// run are folded into the next session that is granted, up to `max_batch`;
 /// an item submitted to an idle host starts its own session at once. No timer
-/// unless `max_delay` asks for one. Rules B1–B6 (docs/contract.md); the design
+/// unless `max_delay` asks for one. Rules B1–B7 (docs/contract.md); the design
 /// is in docs/design/batching.md.
 ///
 /// \code
@@ -74,7 +74,7 @@ struct batch_stats {
 };
 
 /// Folds the items submitted while `Host` is busy into one session (contract
-/// section 7, rules B1–B6). `Host` is `cpu_backend` or any `session_host<B>`.
+/// section 7, rules B1–B7). `Host` is `cpu_backend` or any `session_host<B>`.
 ///
 /// Thread-safe: `submit` and `stats` may be called from any thread. The host
 /// must outlive the batcher; the batcher may be destroyed while its sessions

@@ -30,12 +30,19 @@ struct session_options {
     /// shares between groups (docs/contract.md, P1-P3).
     std::size_t group = 0;
     /// Admitted by then, or completed with `deadline_exceeded` (P4); `max()`:
-    /// no deadline. Bounds admission only: a granted body runs to its end.
+    /// no deadline. A body granted in time but not started by then never
+    /// starts; one that runs when it passes is asked to stop (S20), unless
+    /// `stop_at_deadline` is false.
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     /// Workspace the session declares, granted from `host_options::memory_budget`
     /// together with its permits (P6); `cpu_backend` caps the session's
     /// buffer-pool and scratch allocations at it when non-zero.
     std::size_t bytes = 0;
+    /// S20: a deadline that passes while the body runs asks it to stop (its
+    /// operations throw `session_stopped`; the entry then completes with
+    /// `deadline_exceeded`, counted as stopped). False: the deadline bounds
+    /// admission only, and a started body runs to its end.
+    bool stop_at_deadline = true;
 };
 
 }  // namespace tenferro

@@ -4,11 +4,28 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <stop_token>
 
 #include "tenferro/batcher.hpp"
 #include "tenferro/detail/admission/compose_detail.hpp"
+#include "tenferro/detail/admission/entry_base.hpp"
+#include "tenferro/detail/base/session_stopped.hpp"
 
 namespace tenferro::detail {
+
+namespace {
+
+bool is_session_stopped(const std::exception_ptr& e) noexcept {
+    try {
+        std::rethrow_exception(e);
+    } catch (const session_stopped&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+}  // namespace
 
 batcher_core::batcher_core(std::string_view host_name, std::size_t host_permits, const batch_options& options)
     : host_name_(host_name),
@@ -45,10 +62,27 @@ void batcher_core::reject_at_submit(item& it, session_entry_errc code, std::stri
     it.fail(nullptr, session_entry_error(code, host_name_, std::move(detail)));
 }
 
-void batcher_core::cancel(item& it) noexcept {
+void batcher_core::cancel(item& it, asio::cancellation_type_t type) noexcept {
     {
-        const std::lock_guard lock(mutex_);
-        if (it.where != item::stage::waiting) return;  // taken: it completes with its result
+        std::unique_lock lock(mutex_);
+        if (it.where != item::stage::waiting) {
+            // Taken: it completes with its result (B4), unless it was the
+            // last one its batch was computed for (B7).
+            constexpr auto stops = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+            if (it.run == nullptr || it.cancelled_in_batch || (type & stops) == asio::cancellation_type::none) return;
+            it.cancelled_in_batch = true;
+            batch_run_base& run = *it.run;
+            if (--run.live != 0 || run.ended) return;
+            run.abandoned = true;
+            // The entry is alive until its session finished (`ended`, under
+            // this lock); its stop is asked outside the lock, where the
+            // token's callbacks may run.
+            std::stop_source stop =
+                run.entry != nullptr ? run.entry->stop_for_cancellation() : std::stop_source(std::nostopstate);
+            lock.unlock();
+            stop.request_stop();
+            return;
+        }
         waiting_.unlink(it);
         it.where = item::stage::finished;
         ++cancelled_;
@@ -278,8 +312,10 @@ void batcher_core::take(batch_run_base& run) {
         for (std::size_t i = 0; i < n; ++i) {
             item& it = *waiting_.pop_front();
             it.where = item::stage::taken;
+            it.run = &run;
             run.items.push_back(&it);
         }
+        run.live = n;
         run.take_inputs();
         if (caller_placed_ && n > 0) run.target = run.items.front()->executor();
         --unclaimed_;
@@ -311,6 +347,21 @@ void batcher_core::session_finished(batch_run_base& run, std::exception_ptr e, s
                                            compose_detail({"out of memory: the batch could not be gathered"})));
         }
     }
+    // B7: whatever the body returned or threw, a batch whose items were all
+    // cancelled completes them with `cancelled`. From here no cancellation
+    // reaches this run (nor its entry, which is completing).
+    bool abandoned = false;
+    {
+        const std::lock_guard lock(mutex_);
+        run.ended = true;
+        abandoned = run.abandoned;
+        for (item* it : run.items) it->run = nullptr;
+    }
+    if (e && admission && is_session_stopped(e)) {
+        // A session_stopped nobody asked for left the session's body (S2):
+        // its items get it, as a batch body's exception (B3).
+        admission.reset();
+    }
     if (!e) e = run.body_error;
     if (!e && !admission && run.body_ran && run.output_count() != run.items.size()) {
         try {
@@ -326,7 +377,9 @@ void batcher_core::session_finished(batch_run_base& run, std::exception_ptr e, s
     {
         const std::lock_guard lock(mutex_);
         --sessions_;
-        if (admission)
+        if (abandoned)
+            cancelled_ += n;
+        else if (admission)
             rejected_ += n;
         else
             completed_ += n;
@@ -336,7 +389,12 @@ void batcher_core::session_finished(batch_run_base& run, std::exception_ptr e, s
     // Keep the host busy first: the items' completions are posts anyway.
     enter_sessions(start);
     // (Each stays `taken`: a cancellation leaves it alone.)
-    if (admission) {
+    if (abandoned) {
+        for (std::size_t i = 0; i < n; ++i)
+            run.items[i]->fail(nullptr, session_entry_error(session_entry_errc::cancelled, host_name_,
+                                                            compose_detail({"every item of its batch was cancelled; "
+                                                                            "the batch session was stopped (B7)"})));
+    } else if (admission) {
         for (std::size_t i = 0; i < n; ++i) run.items[i]->fail(nullptr, *admission);
     } else if (e) {
         for (std::size_t i = 0; i < n; ++i)

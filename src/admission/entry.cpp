@@ -117,6 +117,11 @@ entry_base::entry_base(std::shared_ptr<host_core> core, session_options options,
     group_ = static_cast<std::uint16_t>(std::min<std::size_t>(options.group, UINT16_MAX));
     bytes_ = options.bytes;
     when_ = options.deadline;
+    // S20: a session body still running at its deadline is asked to stop.
+    // (A scope's body is not a session: the sessions inside it have their own.)
+    if (kind == entry_kind::session && options.stop_at_deadline &&
+        options.deadline != std::chrono::steady_clock::time_point::max())
+        phase_.make_stoppable_at_deadline();
     starts_on_caller_ = kind_ == entry_kind::scope || !compute_placed_;
     // Nothing to do between grant and hand-off: no hook (and with no observer
     // the host can never be poisoned, S18). A backend's claims happen later,
@@ -471,9 +476,36 @@ bool entry_base::ended_by_stop(const std::exception_ptr& e) const noexcept {
 }
 
 void entry_base::stopped_while_running() noexcept {
-    set_error(session_entry_errc::cancelled,
-              "stopped while running (S20): the entry was cancelled and its body ended by the stop");
+    // The first cause decides the code.
+    if (phase_.stopped_at_deadline())
+        set_error(session_entry_errc::deadline_exceeded,
+                  "stopped while running (S20): its deadline (session_options::deadline) passed and its body ended "
+                  "by the stop");
+    else
+        set_error(session_entry_errc::cancelled,
+                  "stopped while running (S20): the entry was cancelled and its body ended by the stop");
     core_->queue().note_stopped(group_);
+}
+
+std::stop_source entry_base::stop_for_deadline() noexcept {
+    if (phase_.request_stop_at_deadline()) return stop_;
+    return std::stop_source(std::nostopstate);
+}
+
+std::stop_source entry_base::stop_for_cancellation() noexcept {
+    if (phase_.request_stop(/*may_stop_running=*/true) == stop_found::running) return stop_;
+    return std::stop_source(std::nostopstate);
+}
+
+void entry_base::watch_running(session_context& ctx, std::chrono::steady_clock::time_point stop_at) noexcept {
+    if (stop_at == std::chrono::steady_clock::time_point::max()) return;
+    // A synchronous body's context is on the runner's stack: held without
+    // ownership, for body_finished() to unlink it (while it is still there).
+    if (!body_context_) body_context_ = std::shared_ptr<session_context>(std::shared_ptr<void>(), &ctx);
+    ctx.deadline.when = stop_at;
+    ctx.deadline.entry = this;
+    core_->running().watch(ctx.deadline);
+    core_->arm_deadline(stop_at);
 }
 
 void entry_base::run() noexcept {
@@ -507,7 +539,9 @@ void entry_base::run() noexcept {
         return body_finished();
     }
     // It has started (S17's sense), whatever happens to the session below.
-    // From here the word times the body (P2), where the host measures.
+    // From here the word times the body (P2), where the host measures; the
+    // deadline, if the body stops at it (S20), moves to the body's context.
+    const auto stop_at = phase_.stops_at_deadline() ? when_ : std::chrono::steady_clock::time_point::max();
     when_ = queue.measures_time() ? queue.now() : std::chrono::steady_clock::time_point{};
     try {
         if (kind_ == entry_kind::scope) {
@@ -518,13 +552,16 @@ void entry_base::run() noexcept {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
-            run_session(session_grant{
-                permits_, compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
-                scope_ ? 0 : bytes_, group_, stop_.get_token()});
+            run_session(
+                session_grant{permits_,
+                              compute_placed_ ? asio::any_io_executor(core_->pool().get_executor()) : caller_executor(),
+                              scope_ ? 0 : bytes_, group_, stop_.get_token()},
+                stop_at);
         }
     } catch (...) {
         // Only the runtime's own set-up can get here (allocating the body's
         // context, wrapping the caller's executor): the body never started.
+        // (run_session, which watches the deadline, is noexcept.)
         body_context_.reset();
         set_error(session_entry_errc::executor, "the session could not be started on its executor");
         core_->queue().note_rejected(group_);
@@ -565,6 +602,8 @@ void entry_base::body_finished() noexcept {
     // completion over the same gate (a no-op for runners that were not posted).
     gate_.pass();
     if (body_context_) {
+        // From here the deadline timer no longer reaches this entry (S20).
+        if (body_context_->deadline.entry != nullptr) core_->running().unwatch(body_context_->deadline);
         body_context_->active.store(false, std::memory_order_release);
         body_context_->close();  // an asynchronous body's session goes before its permits
         body_context_.reset();

@@ -1,5 +1,6 @@
 #include "tenferro/detail/admission/host_core.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
@@ -145,7 +146,7 @@ std::chrono::steady_clock::time_point host_core::expire_due(std::chrono::steady_
         static_cast<entry_base*>(w)->reject(session_entry_errc::deadline_exceeded,
                                             "not admitted by its deadline (session_options::deadline); the body "
                                             "did not run");
-    return next;
+    return std::min(next, running_.stop_due(now));
 }
 
 void host_core::stop_pool() noexcept {

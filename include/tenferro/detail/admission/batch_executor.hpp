@@ -78,6 +78,9 @@ struct batch_session_done {
     std::shared_ptr<batch_run_base> run;
     using executor_type = batch_executor;
     executor_type get_executor() const noexcept { return executor_type(run.get(), false); }
+    /// B7: the batch session's entry makes itself stoppable and tells the
+    /// run where it is (entry_op::install_cancellation_handler).
+    void bind_entry(entry_base* e) const noexcept { run->entry = e; }
     void operator()(std::exception_ptr e, session_result<batch_done> r) {
         run->core->session_finished(*run, std::move(e), std::move(r));
     }

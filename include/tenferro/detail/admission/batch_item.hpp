@@ -17,6 +17,8 @@
 
 namespace tenferro::detail {
 
+class batch_run_base;
+
 /// The part of an item the batcher core works on: the waiting list's links
 /// and where the item stands.
 class batch_item_base {
@@ -39,6 +41,11 @@ public:
     batch_item_base* prev = nullptr;
     batch_item_base* next = nullptr;
     stage where = stage::waiting;
+    // Under the core's mutex: the batch that took it, until that batch's
+    // session has finished (B7 counts the items still waited for), and
+    // whether it was cancelled once taken.
+    bool cancelled_in_batch = false;
+    batch_run_base* run = nullptr;
     std::chrono::steady_clock::time_point submitted_at;
 
 protected:

@@ -120,7 +120,7 @@ public:
 
 private:
     /// The slot's handler: withdraws the item if it still waits (B4).
-    static void cancel(batch_item_op* op) noexcept { op->core_->cancel(*op); }
+    static void cancel(batch_item_op* op, asio::cancellation_type_t type) noexcept { op->core_->cancel(*op, type); }
 
     // Out of memory for the post, the item is parked and posted again when
     // memory is back (S19).

@@ -20,6 +20,7 @@
 namespace tenferro::detail {
 
 class batcher_core;
+class entry_base;
 
 /// The part of a batch session the batcher core works on.
 class batch_run_base {
@@ -53,6 +54,14 @@ public:
     std::vector<batch_item_base*> items;
     std::exception_ptr body_error;
     bool body_ran = false;
+    // B7, under the core's mutex: the session's entry (set by the entry at
+    // its initiation, before any item can be taken; alive until `ended`),
+    // how many taken items are still waited for, whether they were all
+    // cancelled, and whether the session has finished.
+    entry_base* entry = nullptr;
+    std::size_t live = 0;
+    bool abandoned = false;
+    bool ended = false;
 };
 
 /// A batch session's typed values: the body's span and its results.

@@ -52,8 +52,10 @@ public:
     /// An item rejected at submission (re-entry): counted, then completed.
     void reject_at_submit(item& it, session_entry_errc code, std::string detail);
 
-    /// The item's cancellation slot fired: removed if it still waits (B4).
-    void cancel(item& it) noexcept;
+    /// The item's cancellation slot fired: removed if it still waits (B4);
+    /// taken, and `type` has terminal or partial, it no longer counts as
+    /// waited for, and the last such item of a running batch stops it (B7).
+    void cancel(item& it, asio::cancellation_type_t type) noexcept;
 
     /// placement::caller: the executor a session's hand-offs go to, taking
     /// the batch at the first one. Otherwise null (run inline).

@@ -5,6 +5,7 @@
 // handlers. The typed half is entry_op (entry_op.hpp), which describes an
 // entry's life.
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <stop_token>
@@ -62,6 +63,17 @@ public:
     /// The executor dropped the runner without running it.
     void drop() noexcept override;
 
+    /// The host's deadline timer found this entry's running body past its
+    /// deadline (S20; called under running_deadlines' lock): records the
+    /// request, and returns the stop state to ask, or none when the body is
+    /// no longer running or a stop was asked before (the first cause stands).
+    std::stop_source stop_for_deadline() noexcept;
+    /// A batch nobody waits for (B7; called under the batcher's lock, which
+    /// keeps the entry alive): as a terminal cancellation, a body not started
+    /// never starts, and a running one is asked to stop through the returned
+    /// stop state (none when there is nothing to ask).
+    std::stop_source stop_for_cancellation() noexcept;
+
 protected:
     entry_base(std::shared_ptr<host_core> core, session_options options, entry_kind kind) noexcept;
     ~entry_base();
@@ -75,7 +87,10 @@ protected:
     /// executor); ends in `body_finished()` one way or another, the session
     /// destroyed before it. A rejection by the backend goes through
     /// `opened_rejected`, an exception from it through `open_threw`.
-    virtual void run_session(session_grant grant) noexcept = 0;
+    /// `stop_at`: the deadline at which the running body is asked to stop
+    /// (S20), or max(); run_session watches it once the body's context
+    /// exists (watch_running).
+    virtual void run_session(session_grant grant, std::chrono::steady_clock::time_point stop_at) noexcept = 0;
     /// Spawns a scope's body on `ex`; its completion calls `body_finished()`.
     virtual void spawn_scope(session_executor ex, execution_scope& scope) noexcept = 0;
     /// Why the entry must be rejected (`contended`) before it queues, or null:
@@ -172,6 +187,11 @@ protected:
     void stopped_while_running() noexcept;
     /// A stop was asked of this entry (S20).
     bool stop_requested() const noexcept { return phase_.stop_requested(); }
+    /// A running body of this entry is asked to stop at its deadline (S20).
+    bool stops_at_deadline() const noexcept { return phase_.stops_at_deadline(); }
+    /// The body whose context is `ctx` runs: from now until body_finished(),
+    /// the host's timer asks it to stop at `stop_at` (none when max()).
+    void watch_running(session_context& ctx, std::chrono::steady_clock::time_point stop_at) noexcept;
     /// An asynchronous body's context (with its session): closed at the end.
     void set_body_context(std::shared_ptr<session_context> ctx) noexcept { body_context_ = std::move(ctx); }
 

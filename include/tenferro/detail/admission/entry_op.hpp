@@ -242,21 +242,27 @@ private:
     /// another thread never finds the slot half-built; cleared by the
     /// completion routine (cancellation.hpp). Typed on entry_base: one
     /// cancellation handler type for every entry. An entry that can be
-    /// cancelled also gets its stop state here (S20: a running body is asked
-    /// to stop through it); one that cannot pays for neither. Out of memory
+    /// cancelled, or that stops at its deadline, also gets its stop state
+    /// here (S20: a running body is asked to stop through it); any other
+    /// entry pays for neither. Out of memory
     /// for either, the entry completes with `executor` without queueing
     /// (false): waiting with no way to be cancelled is not what the caller
     /// asked for.
     bool install_cancellation_handler() noexcept {
         try {
             auto slot = asio::get_associated_cancellation_slot(handler_);
-            if (!slot.is_connected()) return true;
+            const bool connected = slot.is_connected();
+            // A batch session: its batcher stops it when nobody waits (B7).
+            constexpr bool batch = requires(const Handler& h, entry_base* e) { h.bind_entry(e); };
+            if (!connected && !stops_at_deadline() && !batch) return true;
             make_stoppable();
-            connect_cancellation<&entry_base::cancel>(std::move(slot), static_cast<entry_base*>(this));
+            if constexpr (batch) handler_.bind_entry(static_cast<entry_base*>(this));
+            if (connected) connect_cancellation<&entry_base::cancel>(std::move(slot), static_cast<entry_base*>(this));
             return true;
         } catch (...) {
             reject_counted(session_entry_errc::executor,
-                           "out of memory for the entry's cancellation handler; the entry did not queue");
+                           "out of memory for the entry's stop state or cancellation handler; the entry did not "
+                           "queue");
             return false;
         }
     }
@@ -355,7 +361,7 @@ private:
         }
     }
 
-    void run_session(session_grant grant) noexcept override {
+    void run_session(session_grant grant, std::chrono::steady_clock::time_point stop_at) noexcept override {
         if constexpr (Kind == entry_kind::session) {
             using opened_type = std::invoke_result_t<const Opener&, const session_grant&>;
             static_assert(!std::is_reference_v<opened_type>,
@@ -379,11 +385,13 @@ private:
                 }
                 session_type& session = opened_session<session_type>(state->opened());
                 set_body_context(state);
+                watch_running(*state, stop_at);
                 spawn(session_executor(std::move(grant.executor), std::move(state)), session);
             } else {
                 // The session lives in this frame; it is destroyed before the
                 // permits are released (body_finished, below or in the handlers).
                 session_context ctx(context_kind::session, core().get());
+                watch_running(ctx, stop_at);  // unwatched by body_finished(), below or in the handlers
                 try {
                     opened_type opened = opener_(std::as_const(grant));
                     if (const session_entry_error* e = open_error(opened)) return opened_rejected(*e);
@@ -522,15 +530,18 @@ struct packed_options {
           permits(static_cast<std::uint32_t>(std::min<std::size_t>(o.permits, UINT32_MAX))),
           group(static_cast<std::uint16_t>(std::min<std::size_t>(o.group, UINT16_MAX))),
           wait(static_cast<std::uint8_t>(o.wait)),
-          where(static_cast<std::uint8_t>(o.where)) {}
+          where(static_cast<std::uint8_t>(o.where)),
+          stop_at_deadline(o.stop_at_deadline) {}
     session_options unpack() const noexcept {
-        return {permits, static_cast<wait_policy>(wait), static_cast<placement>(where), group, deadline, bytes};
+        return {permits,         static_cast<wait_policy>(wait), static_cast<placement>(where), group, deadline, bytes,
+                stop_at_deadline};
     }
     std::chrono::steady_clock::time_point deadline;
     std::size_t bytes;
     std::uint32_t permits;
     std::uint16_t group;
-    std::uint8_t wait, where;
+    std::uint8_t wait : 2, where : 2;
+    bool stop_at_deadline : 1;
 };
 static_assert(sizeof(packed_options) == 24);
 

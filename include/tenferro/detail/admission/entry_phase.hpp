@@ -135,6 +135,20 @@ public:
                     std::memory_order_relaxed);
     }
 
+    /// Marks an entry whose running body is asked to stop when its deadline
+    /// passes (S20, session_options::stop_at_deadline), before anyone else
+    /// can see it. Such an entry is stoppable as well (make_stoppable).
+    void make_stoppable_at_deadline() noexcept {
+        bits_.store(static_cast<std::uint8_t>(bits_.load(std::memory_order_relaxed) | at_deadline_bit),
+                    std::memory_order_relaxed);
+    }
+    bool stops_at_deadline() const noexcept { return (bits_.load(std::memory_order_relaxed) & at_deadline_bit) != 0; }
+    /// The first request to stop came from the deadline (S20: the first cause
+    /// decides the code). Read after the body ended.
+    bool stopped_at_deadline() const noexcept {
+        return (bits_.load(std::memory_order_acquire) & deadline_cause_bit) != 0;
+    }
+
     /// Moves to `to`, keeping a stop request; with assertions on, checks the
     /// move against may_follow.
     void advance(entry_phase to) noexcept {
@@ -204,6 +218,21 @@ public:
         }
     }
 
+    /// The deadline passed while the body runs (S20): records the request,
+    /// and that the deadline caused it, when the body runs and nobody asked
+    /// before. True when this call made the request (the caller then asks the
+    /// body's stop state); false when the body is not running, or was asked
+    /// already (the first cause stands).
+    bool request_stop_at_deadline() noexcept {
+        std::uint8_t was = bits_.load(std::memory_order_relaxed);
+        for (;;) {
+            if (phase_of(was) != entry_phase::running || (was & stop_bit) != 0) return false;
+            if (bits_.compare_exchange_weak(was, static_cast<std::uint8_t>(was | stop_bit | deadline_cause_bit),
+                                            std::memory_order_acq_rel, std::memory_order_relaxed))
+                return true;
+        }
+    }
+
     /// With assertions on, checks that the phase is `a` or `b` at `where`
     /// (a place that relies on it: a list that borrows the entry's links).
     void expect(entry_phase a, entry_phase b, const char* where) const noexcept {
@@ -226,6 +255,8 @@ public:
 
 private:
     static constexpr std::uint8_t phase_mask = 0x0f;
+    static constexpr std::uint8_t at_deadline_bit = 0x10;
+    static constexpr std::uint8_t deadline_cause_bit = 0x20;
     static constexpr std::uint8_t stop_bit = 0x40;
     static constexpr std::uint8_t stoppable_bit = 0x80;
     static constexpr entry_phase phase_of(std::uint8_t bits) noexcept {

@@ -21,6 +21,7 @@
 #include "tenferro/detail/admission/compute_pool.hpp"
 #include "tenferro/detail/admission/deadline_watch.hpp"
 #include "tenferro/detail/admission/permit_queue.hpp"
+#include "tenferro/detail/admission/running_deadlines.hpp"
 
 namespace tenferro::detail {
 
@@ -69,8 +70,11 @@ public:
     /// P4: starts the deadline timer if it is not running (the first entry
     /// with a deadline does, before it queues). \throws when it cannot start.
     void watch_deadlines();
-    /// P4: an entry that waits until `when` queued; the timer wakes by then.
+    /// P4: an entry that waits until `when` queued, or a body that stops at
+    /// `when` started (S20); the timer wakes by then.
     void arm_deadline(std::chrono::steady_clock::time_point when) noexcept { deadlines_.arm(when); }
+    /// S20: the running bodies asked to stop at their deadline.
+    running_deadlines& running() noexcept { return running_; }
 
     /// Starts every entry in `granted` (grant order; one the queue removed at
     /// its deadline instead is rejected), after handing off the
@@ -82,8 +86,10 @@ private:
     permit_queue queue_;
     std::unique_ptr<compute_pool> pool_;
     std::shared_ptr<admission_observer> observer_;
+    running_deadlines running_;
     /// Rejects, with deadline_exceeded, the waiters whose deadline is at or
-    /// before `now`; returns the next deadline.
+    /// before `now`, and asks the bodies whose deadline it is to stop (S20);
+    /// returns the next deadline of either.
     std::chrono::steady_clock::time_point expire_due(std::chrono::steady_clock::time_point now) noexcept;
     deadline_watch deadlines_;  // last: its thread stops first
     /// Starts the waiters a resize granted and rejects those it excluded.

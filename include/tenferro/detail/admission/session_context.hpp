@@ -27,6 +27,7 @@
 
 #include "tenferro/asio.hpp"
 
+#include "tenferro/detail/admission/running_deadlines.hpp"
 #include "tenferro/detail/async/executor_target.hpp"
 
 namespace tenferro::detail {
@@ -51,6 +52,9 @@ struct session_context : std::enable_shared_from_this<session_context> {
     std::atomic<bool> active{true};
     /// Scopes only: a session of this scope is running (S8: a second one is contended).
     std::atomic<bool> scope_busy{false};
+    /// Sessions that stop at their deadline (S20): linked in the host's
+    /// running_deadlines while the body runs.
+    running_deadline deadline;
 };
 
 /// The context of the synchronous body running on this thread, if any.

@@ -16,6 +16,7 @@
 #include "tenferro/detail/admission/batch_executor.hpp"
 #include "tenferro/detail/admission/batch_run.hpp"
 #include "tenferro/detail/admission/batcher_core.hpp"
+#include "tenferro/detail/base/session_stopped.hpp"
 #include "tenferro/session_options.hpp"
 
 namespace tenferro::detail {
@@ -71,6 +72,10 @@ private:
         run.body_ran = true;
         try {
             run.outputs = sync_(s, std::span<In>(run.inputs));
+        } catch (const session_stopped&) {
+            // The session's own exit (S20): a stop asked of it (its deadline,
+            // B7) completes it, and its items, with the stop's code.
+            throw;
         } catch (...) {
             run.body_error = std::current_exception();
         }
@@ -83,6 +88,8 @@ private:
         run.body_ran = true;
         try {
             run.outputs = co_await async_(s, std::span<In>(run.inputs));
+        } catch (const session_stopped&) {
+            throw;  // as run_sync
         } catch (...) {
             run.body_error = std::current_exception();
         }
