@@ -119,6 +119,58 @@ scenario entry_awaited(placement where, await_kind kind) {
             }};
 }
 
+/// A running session asked to stop (S20): by a terminal cancellation emitted
+/// once its body runs, or by its deadline passing while it runs. The body
+/// allocates nothing itself (it looks at its stop and sleeps), so every
+/// failing allocation is the library's: the stop state, the deadline timer,
+/// the completion's hand-off. It completes once: `cancelled` or
+/// `deadline_exceeded` (stopped), or `executor` when its stop state could not
+/// be made (then it never queued).
+enum class stop_kind { cancel, deadline };
+
+scenario entry_stopped(stop_kind kind) {
+    return {
+        std::string("entry/stopped/") + (kind == stop_kind::cancel ? "cancel" : "deadline"),
+        [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
+            asio::io_context io;
+            cpu_backend cpu({.permits = 2});
+            probe p;
+            p.expected_value = probe::unchecked;
+            asio::cancellation_signal cancel;
+            std::atomic<bool> running{false};
+            const auto body = [&running](backend_session& s) -> int {
+                running = true;
+                for (;;) {
+                    s.throw_if_stop_requested();
+                    std::this_thread::sleep_for(50us);
+                }
+            };
+            arm(c);
+            try {
+                session_options o = opts(placement::compute);
+                if (kind == stop_kind::deadline) o.deadline = std::chrono::steady_clock::now() + 3ms;
+                cpu.with_backend_session(o, body, asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p)));
+            } catch (const std::bad_alloc&) {
+                p.initiation_threw = true;
+            }
+            if (kind == stop_kind::cancel && !p.initiation_threw) {
+                    // Emitted on this thread, the only one running `io` (the
+                    // handler's executor), once the body runs.
+                drive(
+                    io, v, [&] { return running.load() || p.completions.load() > 0; }, 5s);
+                cancel.emit(asio::cancellation_type::terminal);
+            }
+            const std::uint64_t events = finish(io, cpu, p, v, injected);
+            if (p.values.load() != 0) v.fail("a body that only ends by its stop delivered a value");
+            const int code = p.last_code.load();
+            const int expected_code = static_cast<int>(
+                kind == stop_kind::cancel ? session_entry_errc::cancelled : session_entry_errc::deadline_exceeded);
+            if (p.errors.load() == 1 && code != expected_code && code != static_cast<int>(session_entry_errc::executor))
+                v.fail("completed with error code %d, expected %d (stopped) or executor", code, expected_code);
+            return events;
+        }};
+}
+
 /// `co_await` under an adapter of use_awaitable (bind_executor,
 /// bind_cancellation_slot, consign, cancel_after), compute-placed: the
 /// reservation must be the op Asio's handler for that adapter makes.
@@ -525,6 +577,8 @@ std::vector<scenario> admission_scenarios() {
         s.push_back(entry_waiting(k));
     s.push_back(entry_cached_busy());
     s.push_back(entry_poisoned());
+    s.push_back(entry_stopped(stop_kind::cancel));
+    s.push_back(entry_stopped(stop_kind::deadline));
     s.push_back(with_asio_internal(scope_with_sessions(false)));
     s.push_back(with_asio_internal(scope_with_sessions(true)));
     for (batch_kind k :
