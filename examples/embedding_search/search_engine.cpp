@@ -178,8 +178,10 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
 
     // The deadline's timer cancels the submission: an item still waiting in
     // the batcher leaves it at once (one already taken into a batch is judged
-    // by the body). The state is shared with the timer's handler, which may
-    // run after this frame is gone. A query without a deadline has neither.
+    // by the body: a `total` cancellation, which B7 does not count as giving
+    // up on a taken item, so the batch's other queries are not stopped with
+    // it). The state is shared with the timer's handler, which may run after
+    // this frame is gone. A query without a deadline has neither.
     struct deadline_watch {
         asio::cancellation_signal signal;
         bool fired = false;
@@ -192,7 +194,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         timer->async_wait([watch](std::error_code ec) {
             if (ec) return;
             watch->fired = true;
-            watch->signal.emit(asio::cancellation_type::terminal);
+            watch->signal.emit(asio::cancellation_type::total);
         });
     }
     tf::session_result<answer> r;

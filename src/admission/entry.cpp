@@ -547,7 +547,8 @@ void entry_base::run() noexcept {
         if (kind_ == entry_kind::scope) {
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
-            spawn_scope(session_executor(caller_executor(), state), state->scope);
+            state->set_executors(caller_executor());
+            spawn_scope(session_executor(state), state->scope);
         } else {
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
@@ -563,10 +564,14 @@ void entry_base::run() noexcept {
         // context, wrapping the caller's executor): the body never started.
         // (run_session, which watches the deadline, is noexcept.)
         body_context_.reset();
-        set_error(session_entry_errc::executor, "the session could not be started on its executor");
-        core_->queue().note_rejected(group_);
-        body_finished();
+        could_not_start();
     }
+}
+
+void entry_base::could_not_start() noexcept {
+    set_error(session_entry_errc::executor, "the session could not be started on its executor");
+    core_->queue().note_rejected(group_);
+    body_finished();
 }
 
 void entry_base::drop() noexcept {
@@ -606,6 +611,7 @@ void entry_base::body_finished() noexcept {
         if (body_context_->deadline.entry != nullptr) core_->running().unwatch(body_context_->deadline);
         body_context_->active.store(false, std::memory_order_release);
         body_context_->close();  // an asynchronous body's session goes before its permits
+        body_context_->release_tracked();  // the caller's work, unless a body's copy still holds it
         body_context_.reset();
     }
     release_permits();

@@ -106,6 +106,10 @@ void deallocate_op_memory(void* p, std::size_t size) noexcept {
 
 void reserve_op_memory(std::size_t size) {
     cache.record = {size, 0, 0};
+    keep_op_block(size);
+}
+
+void keep_op_block(std::size_t size) {
     const std::size_t want = rounded(size);
     thread_cache::block* slot = nullptr;
     for (auto& b : cache.blocks) {

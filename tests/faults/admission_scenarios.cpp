@@ -96,7 +96,11 @@ scenario entry_awaited(placement where, await_kind kind) {
                             } else if (kind == await_kind::async_body) {
                                 session_result<int> r = co_await cpu.with_backend_session(
                                     opts(where), [](backend_session& s) -> asio::awaitable<int> {
-                                        co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                                        {
+                                            const af::users_own mine;  // the body's own await
+                                            co_await asio::post(co_await asio::this_coro::executor,
+                                                                asio::use_awaitable);
+                                        }
                                         co_return static_cast<int>(s.parallelism()) + 41;
                                     });
                                 p.record(nullptr, r, io.get_executor().running_in_this_thread());
@@ -441,7 +445,10 @@ scenario batcher_submit(batch_kind kind, std::optional<adapter> adapted = std::n
                 if (kind == batch_kind::async) {
                     b = std::make_unique<batcher_t>(
                         cpu, options, [](backend_session&, std::span<int> items) -> asio::awaitable<std::vector<int>> {
-                            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                            {
+                                const af::users_own mine;  // the body's own await
+                                co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                            }
                             co_return std::vector<int>(items.begin(), items.end());
                         });
                 } else {
@@ -558,8 +565,8 @@ scenario entry_poisoned() {
 
 std::vector<scenario> admission_scenarios() {
     std::vector<scenario> s;
-    auto with_asio_internal = [](scenario sc) {
-        sc.asio_internal = true;
+    auto with_users_adapter = [](scenario sc) {
+        sc.users_adapter_allocates = true;
         return sc;
     };
     for (placement where : {placement::compute, placement::caller}) {
@@ -567,7 +574,7 @@ std::vector<scenario> admission_scenarios() {
             s.push_back(entry_callback(where, k));
         for (await_kind k : {await_kind::plain, await_kind::as_tuple, await_kind::queued})
             s.push_back(entry_awaited(where, k));
-        s.push_back(with_asio_internal(entry_awaited(where, await_kind::async_body)));
+        s.push_back(entry_awaited(where, await_kind::async_body));
         s.push_back(entry_future(where));
         s.push_back(entry_deferred(where));
         s.push_back(custom_backend(where));
@@ -579,19 +586,19 @@ std::vector<scenario> admission_scenarios() {
     s.push_back(entry_poisoned());
     s.push_back(entry_stopped(stop_kind::cancel));
     s.push_back(entry_stopped(stop_kind::deadline));
-    s.push_back(with_asio_internal(scope_with_sessions(false)));
-    s.push_back(with_asio_internal(scope_with_sessions(true)));
+    s.push_back(scope_with_sessions(false));
+    s.push_back(scope_with_sessions(true));
     for (batch_kind k :
          {batch_kind::sync, batch_kind::delayed, batch_kind::cancel, batch_kind::destroyed, batch_kind::awaited})
         s.push_back(batcher_submit(k));
-    s.push_back(with_asio_internal(batcher_submit(batch_kind::async)));
+    s.push_back(batcher_submit(batch_kind::async));
     for (adapter a : adapters()) {
         s.push_back(entry_adapted(a));
         // (cancel_after: after the warm-up, Asio's own timed-cancel operation
         // and its timer's wait still miss this thread's recycling cache in the
-        // window, in Asio's initiation, before the library's: Asio-internal.)
+        // window, in Asio's initiation, before the library's: the user's adapter's allocations.)
         if (a == adapter::cancel_after)
-            s.push_back(with_asio_internal(batcher_submit(batch_kind::awaited, a)));
+            s.push_back(with_users_adapter(batcher_submit(batch_kind::awaited, a)));
         else
             s.push_back(batcher_submit(batch_kind::awaited, a));
     }

@@ -57,6 +57,7 @@ inline constinit std::atomic<std::uint64_t> fail_at{0};  // the one to fail (1-b
 inline constinit std::atomic<std::uint64_t> failed{0};   // allocations failed
 inline constinit std::atomic<std::int64_t> persist_ns{0};     // persistent: how long to keep failing
 inline constinit std::atomic<std::int64_t> fail_until_ns{0};  // persistent: until when (monotonic)
+inline constinit std::atomic<int> users{0};  // open users_own scopes: nothing counts, nothing fails
 
 inline std::int64_t now_ns() noexcept {
     timespec ts{};
@@ -69,6 +70,7 @@ inline std::int64_t now_ns() noexcept {
 inline bool should_fail() noexcept {
     using namespace state;
     if (!armed.load(std::memory_order_relaxed)) return false;
+    if (users.load(std::memory_order_acquire) != 0) return false;
     const std::uint64_t n = count.fetch_add(1, std::memory_order_relaxed) + 1;
     const std::uint64_t at = fail_at.load(std::memory_order_relaxed);
     if (n < at) return false;
@@ -84,6 +86,19 @@ inline bool should_fail() noexcept {
     }
     return false;
 }
+
+/// While one lives, the allocations made (on any thread) are the user's own,
+/// not the library's: an asynchronous body's own awaits (issue 45: "a failure
+/// inside the user's own awaits within a body is the user's"). They are
+/// neither counted nor failed. Global, not per thread: an await's
+/// allocations happen on the thread that initiates it and on the one that
+/// resumes the body; the scenarios that use it run one entry at a time.
+struct users_own {
+    users_own() noexcept { state::users.fetch_add(1, std::memory_order_acq_rel); }
+    ~users_own() { state::users.fetch_sub(1, std::memory_order_acq_rel); }
+    users_own(const users_own&) = delete;
+    users_own& operator=(const users_own&) = delete;
+};
 
 /// Starts counting; the `fail_at`-th allocation from now (any thread) fails;
 /// with `persist_ms` > 0 every allocation fails from then on for that long.

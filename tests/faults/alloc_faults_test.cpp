@@ -17,8 +17,9 @@
 //
 //   alloc_faults_test                       every scenario, both modes
 //   alloc_faults_test --list                the scenarios' names
-//   alloc_faults_test --strict              also fail on runs that end inside
-//                                           Asio's coroutine machinery (below)
+//   alloc_faults_test --strict              also fail on the runs of a scenario
+//                                           whose window holds a user's adapter
+//                                           that allocates for itself (below)
 //   alloc_faults_test --scenario S [--mode transient|persistent] [--fail-at N]
 //                                           one scenario, one mode, one N (replay;
 //                                           TENFERRO_FAULTS_NO_FORK=1 runs it in
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
                 continue;
             }
             const auto r = tenferro::test::faults::run_loop(s.name.c_str(), mode, child, argv[0], timeout);
-            if (s.asio_internal && !strict)
+            if (s.users_adapter_allocates && !strict)
                 asio_limited += r.mishandled;  // reported above; see the scenario's flag
             else
                 mishandled += r.mishandled;
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
     std::printf("%llu allocation sites in all, %llu runs, %llu mishandled", static_cast<unsigned long long>(sites),
                 static_cast<unsigned long long>(runs), static_cast<unsigned long long>(mishandled));
     if (asio_limited != 0)
-        std::printf(" (and %llu inside Asio's own machinery, not counted without --strict)",
+        std::printf(" (and %llu in a user's adapter's own allocations, not counted without --strict)",
                     static_cast<unsigned long long>(asio_limited));
     std::printf("\n");
     return mishandled == 0 ? 0 : 1;

@@ -262,8 +262,13 @@ void world::submit(int k) {
                    if (r) {
                        check(x.in_batch && *r == k * 10, "B3: item" + std::to_string(k) + " got a wrong value");
                    } else if (!e && r.error().code() == session_entry_errc::cancelled) {
-                       check(!x.in_batch,
-                             "B4: item" + std::to_string(k) + " was taken into a batch and completed cancelled");
+                       // B4, B7: once taken, only a batch whose every item was
+                       // cancelled completes its items cancelled.
+                       if (x.in_batch)
+                           for (std::size_t j = 0; j < items.size(); ++j)
+                               check(items[j].batch != x.batch || items[j].cancelled,
+                                     "B4/B7: item" + std::to_string(k) + " was taken into a batch and completed " +
+                                         "cancelled, but item" + std::to_string(j) + " of its batch was not cancelled");
                    } else if (e) {
                        check(x.in_batch,
                              "B3: item" + std::to_string(k) + " got a batch body's exception without being in a batch");
@@ -323,6 +328,7 @@ void world::run_op(const op& o) {
         item_rec& it = items[o.index];
         if (it.completions > 0 || !it.submitted) return;
         trace("cancel item" + std::to_string(o.index));
+        it.cancelled = true;
         it.signal.emit(asio::cancellation_type::terminal);
         return;
     }
@@ -381,6 +387,7 @@ void world::start() {
                 check(!x.in_batch, "B3: item" + std::to_string(k) + " taken into two batches");
                 check(x.completions == 0, "B4: item" + std::to_string(k) + " taken after it completed");
                 x.in_batch = true;
+                x.batch = b;
                 check(x.seq > prev, "B2: a batch's items are not in submission order");
                 prev = x.seq;
                 if (sc.batch.where == placement::compute) {

@@ -132,6 +132,8 @@ struct item_rec {
     bool private_ctx = false;
     std::uint64_t seq = 0;
     bool submitted = false, in_batch = false;
+    bool cancelled = false;  // a terminal cancellation was emitted on it
+    int batch = -1;          // the batch that took it
     int completions = 0;
     bool rejected_at_submit = false;
     std::uint64_t submitted_at = 0;  // virtual time

@@ -35,6 +35,7 @@
 #include "tenferro/asio.hpp"
 
 #include "tenferro/detail/async/intrusive_list.hpp"
+#include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/base/function_ref.hpp"
 
 namespace tenferro::detail {
@@ -162,8 +163,14 @@ public:
             return;
         }
         using task_t = function_task<std::decay_t<F>>;
-        pool_->submit(*new task_t(std::forward<F>(f)));
+        pool_->submit(*task_t::make(std::forward<F>(f)));
     }
+
+    /// The block of a task holding one of Asio's type-erased functions (one
+    /// pointer), the function every hop through an any_io_executor hands
+    /// on: what a coroutine's next hop to the pool needs, reserved with
+    /// keep_op_block before co_spawn (entry_op::spawn, S19).
+    static constexpr std::size_t type_erased_task_bytes() noexcept;
 
     compute_pool& context() const noexcept { return *pool_; }
 
@@ -200,21 +207,43 @@ public:
     friend bool operator!=(const executor_type& a, const executor_type& b) noexcept { return !(a == b); }
 
 private:
+    // A task's block comes from this thread's op cache (op_allocator.hpp):
+    // a hop that a coroutine makes inside Asio's machinery finds the block
+    // its spawn reserved there, and a steady stream of hops stays off malloc.
     template <class F>
     class function_task final : public pool_task {
     public:
         template <class G>
-        explicit function_task(G&& g) : f_(std::forward<G>(g)) {}
+        static function_task* make(G&& g) {
+            static_assert(alignof(function_task) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+            void* block = allocate_op_memory(sizeof(function_task));
+            try {
+                return ::new (block) function_task(std::forward<G>(g));
+            } catch (...) {
+                deallocate_op_memory(block, sizeof(function_task));
+                throw;
+            }
+        }
         void run() noexcept override {
             // Asio handlers do not throw across executors; an escaping exception is a bug.
             F f(std::move(f_));
-            delete this;
+            destroy();
             f();
         }
-        void drop() noexcept override { delete this; }
+        void drop() noexcept override { destroy(); }
 
     private:
+        template <class G>
+        explicit function_task(G&& g) : f_(std::forward<G>(g)) {}
+        void destroy() noexcept {
+            this->~function_task();
+            deallocate_op_memory(this, sizeof(function_task));
+        }
         F f_;
+    };
+    struct one_pointer_function {
+        void* target;
+        void operator()() const noexcept {}
     };
 
     compute_pool* pool_;
@@ -222,5 +251,9 @@ private:
 };
 
 inline compute_pool::executor_type compute_pool::get_executor() noexcept { return executor_type(*this); }
+
+constexpr std::size_t compute_pool::executor_type::type_erased_task_bytes() noexcept {
+    return sizeof(function_task<one_pointer_function>);
+}
 
 }  // namespace tenferro::detail

@@ -172,6 +172,9 @@ protected:
     void opened_rejected(const session_entry_error& error) noexcept;
     /// Opening the session threw: complete with `executor`, the message kept.
     void open_threw() noexcept;
+    /// The runtime's own set-up for the body failed (out of memory for its
+    /// context or its executors): complete with `executor`; the body never ran.
+    void could_not_start() noexcept;
     /// Gives the entry the stop state its body's session will see (S20): for
     /// an entry that can be cancelled, made at initiation. Throws bad_alloc.
     void make_stoppable() {

@@ -51,7 +51,9 @@
 #include "tenferro/detail/async/cancellation.hpp"
 #include "tenferro/detail/async/completion.hpp"
 #include "tenferro/detail/async/executor_target.hpp"
+#include "tenferro/detail/async/handoff_reserve.hpp"
 #include "tenferro/detail/async/initiation_failure.hpp"
+#include "tenferro/detail/async/inline_executor.hpp"
 #include "tenferro/detail/async/op_allocator.hpp"
 #include "tenferro/detail/async/op_function.hpp"
 #include "tenferro/detail/async/op_work.hpp"
@@ -305,7 +307,13 @@ private:
         }
         static void drop(entry_op& op) noexcept { op.body_dropped(); }
     };
-    using async_completion = op_function<entry_op, async_completion_policy>;
+    /// Runs where co_spawn hands it over (inline_executor.hpp): co_spawn's
+    /// last step then allocates nothing (S19).
+    struct async_completion : op_function<entry_op, async_completion_policy> {
+        using op_function<entry_op, async_completion_policy>::op_function;
+        using executor_type = inline_executor;
+        executor_type get_executor() const noexcept { return {}; }
+    };
 
     /// Hands `fn` to the caller's executor, from any thread, through the op's
     /// hand-off gate (op_work::hand_off): `fn` passes the gate before it may
@@ -383,10 +391,16 @@ private:
                     state.reset();
                     return opened_rejected(error);
                 }
+                try {
+                    state->set_executors(grant.executor);
+                } catch (...) {
+                    state.reset();  // (the session goes before the permits)
+                    return could_not_start();
+                }
                 session_type& session = opened_session<session_type>(state->opened());
                 set_body_context(state);
                 watch_running(*state, stop_at);
-                spawn(session_executor(std::move(grant.executor), std::move(state)), session);
+                spawn(session_executor(std::move(state)), session);
             } else {
                 // The session lives in this frame; it is destroyed before the
                 // permits are released (body_finished, below or in the handlers).
@@ -445,6 +459,13 @@ private:
                 // body_ lives in this op until finish(), so a lambda coroutine's
                 // captures outlive its frame.
                 auto body = std::invoke(*body_, arg);
+                // co_spawn's first hand-offs take their blocks from this
+                // thread's cache, filled here, where a failure still reaches
+                // the catch below (S19; handoff_reserve.hpp).
+                reserve_handoff_blocks();
+                // And the block of its next hop to the compute pool (a post
+                // when the body ends without suspending).
+                keep_op_block(compute_pool::executor_type::type_erased_task_bytes());
                 asio::co_spawn(std::move(ex), std::move(body), std::move(done));
             } catch (...) {
                 if (done.release() == nullptr) return;

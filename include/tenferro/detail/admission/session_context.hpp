@@ -21,12 +21,14 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
 
 #include "tenferro/asio.hpp"
 
+#include "tenferro/detail/admission/compute_pool.hpp"
 #include "tenferro/detail/admission/running_deadlines.hpp"
 #include "tenferro/detail/async/executor_target.hpp"
 
@@ -55,6 +57,28 @@ struct session_context : std::enable_shared_from_this<session_context> {
     /// Sessions that stop at their deadline (S20): linked in the host's
     /// running_deadlines while the body runs.
     running_deadline deadline;
+
+    /// An asynchronous body's or scope's executors (session_executor): the
+    /// inner executor, indexed by session_executor's bits: [0] possibly
+    /// blocking, [1] never blocking, [2] and [3] the same, tracked. Made
+    /// before the body starts; throws (out of memory) with nothing changed.
+    void set_executors(const asio::any_io_executor& ex);
+    /// The session is over: its own hold on the tracked executors goes
+    /// (nothing when it had none: a synchronous body's context).
+    void release_tracked() noexcept {
+        if (has_executors_ && tracked_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_tracked();
+        has_executors_ = false;
+    }
+    /// The last hold on the tracked executors went: the caller's work ends.
+    void drop_tracked() noexcept;
+
+    asio::any_io_executor inner[4];
+    /// Tracked session_executors alive, plus one while the session runs;
+    /// zero: the tracked executors are gone for good.
+    std::atomic<std::size_t> tracked_refs{0};
+
+private:
+    bool has_executors_ = false;  // set_executors ran; written before the body, read at its end
 };
 
 /// The context of the synchronous body running on this thread, if any.
@@ -72,47 +96,133 @@ private:
     session_context* previous_;
 };
 
-/// The executor an asynchronous session body or scope body runs on: `inner`
-/// plus the session context. Forwards every property to `inner`.
+/// The executor an asynchronous session body or scope body runs on: the
+/// context's inner executor (the compute pool's, or the caller's) plus the
+/// context itself.
+///
+/// Small on purpose (S19): 24 bytes, a context pointer and the property bits,
+/// so that `any_io_executor` keeps it inline, and every `require`/`prefer`
+/// Asio makes of it (co_spawn's work guards, each post's `blocking.never`)
+/// is a bit flip, not a heap allocation that could fail inside Asio's
+/// noexcept machinery. The inner executors it forwards to (never-blocking,
+/// tracked) are made once, by the context, when the body starts, where a
+/// failure can still complete the entry (session_context::set_executors).
+///
+/// Outstanding work: a tracked copy counts in the context; the context holds
+/// the tracked inner executors while the session runs or any tracked copy is
+/// alive, and releases them (the caller's work) when both are over. A copy
+/// made tracked after that is tracked no more (the session is over and its
+/// context's executors stay only for the copies a body left behind).
+/// `relationship` is kept for queries and not passed on (a hint).
 class session_executor {
 public:
-    session_executor(asio::any_io_executor inner, std::shared_ptr<session_context> ctx) noexcept
-        : inner_(std::move(inner)), ctx_(std::move(ctx)) {}
+    session_executor(std::shared_ptr<session_context> ctx) noexcept : ctx_(std::move(ctx)) {}
+    session_executor(const session_executor& other) noexcept : ctx_(other.ctx_), bits_(other.bits_) {
+        if (tracked()) ctx_->tracked_refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    session_executor(session_executor&& other) noexcept
+        : ctx_(std::move(other.ctx_)), bits_(std::exchange(other.bits_, 0)) {}
+    session_executor& operator=(const session_executor& other) noexcept {
+        if (this != &other) *this = session_executor(other);
+        return *this;
+    }
+    session_executor& operator=(session_executor&& other) noexcept {
+        if (this != &other) {
+            release();
+            ctx_ = std::move(other.ctx_);
+            bits_ = std::exchange(other.bits_, 0);
+        }
+        return *this;
+    }
+    ~session_executor() { release(); }
 
-    const asio::any_io_executor& inner() const noexcept { return inner_; }
+    /// The executor it forwards to (untracked, possibly blocking).
+    const asio::any_io_executor& inner() const noexcept { return ctx_->inner[0]; }
     session_context* context() const noexcept { return ctx_.get(); }
 
     template <class F>
     void execute(F&& f) const {
-        inner_.execute(std::forward<F>(f));
+        const asio::any_io_executor& inner = ctx_->inner[bits_ & (never_bit | tracked_bit)];
+        // The compute pool's executor is called as itself: through the
+        // any_io_executor it would wrap `f` (already Asio's type-erased
+        // function) in a second block.
+        if constexpr (executor_target_available) {
+            if (const auto* pool = executor_target<compute_pool::executor_type>(inner))
+                return pool->execute(std::forward<F>(f));
+        }
+        asio_execute(inner, std::forward<F>(f));
     }
 
-    template <class Property>
-        requires asio::can_query<const asio::any_io_executor&, const Property&>::value
-    decltype(auto) query(const Property& p) const {
-        return asio::query(inner_, p);
+    asio::execution_context& query(asio::execution::context_t) const noexcept {
+        return asio::query(ctx_->inner[0], asio::execution::context);
+    }
+    asio::execution::blocking_t query(asio::execution::blocking_t) const noexcept {
+        return (bits_ & never_bit) != 0 ? asio::execution::blocking_t(asio::execution::blocking.never)
+                                        : asio::execution::blocking_t(asio::execution::blocking.possibly);
+    }
+    asio::execution::outstanding_work_t query(asio::execution::outstanding_work_t) const noexcept {
+        return tracked() ? asio::execution::outstanding_work_t(asio::execution::outstanding_work.tracked)
+                         : asio::execution::outstanding_work_t(asio::execution::outstanding_work.untracked);
+    }
+    asio::execution::relationship_t query(asio::execution::relationship_t) const noexcept {
+        return (bits_ & continuation_bit) != 0
+                   ? asio::execution::relationship_t(asio::execution::relationship.continuation)
+                   : asio::execution::relationship_t(asio::execution::relationship.fork);
     }
 
-    template <class Property>
-        requires asio::can_require<const asio::any_io_executor&, const Property&>::value
-    session_executor require(const Property& p) const {
-        return session_executor(asio::require(inner_, p), ctx_);
+    session_executor require(asio::execution::blocking_t::never_t) const noexcept { return with(never_bit, true); }
+    session_executor require(asio::execution::blocking_t::possibly_t) const noexcept { return with(never_bit, false); }
+    session_executor require(asio::execution::outstanding_work_t::tracked_t) const noexcept {
+        if (tracked()) return *this;
+        // Counted only while the context still holds the tracked executors
+        // (a count above zero); once they are gone, the copy stays untracked.
+        std::size_t n = ctx_->tracked_refs.load(std::memory_order_relaxed);
+        while (n != 0)
+            if (ctx_->tracked_refs.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel,
+                                                         std::memory_order_relaxed))
+                return session_executor(ctx_, static_cast<std::uint8_t>(bits_ | tracked_bit));
+        return *this;
     }
-
-    template <class Property>
-        requires asio::can_prefer<const asio::any_io_executor&, const Property&>::value
-    session_executor prefer(const Property& p) const {
-        return session_executor(asio::prefer(inner_, p), ctx_);
+    session_executor require(asio::execution::outstanding_work_t::untracked_t) const noexcept {
+        return session_executor(ctx_, static_cast<std::uint8_t>(bits_ & ~tracked_bit));
+    }
+    session_executor require(asio::execution::relationship_t::fork_t) const noexcept {
+        return with(continuation_bit, false);
+    }
+    session_executor require(asio::execution::relationship_t::continuation_t) const noexcept {
+        return with(continuation_bit, true);
+    }
+    template <class Alloc>
+    session_executor require(const asio::execution::allocator_t<Alloc>&) const noexcept {
+        return *this;
     }
 
     friend bool operator==(const session_executor& a, const session_executor& b) noexcept {
-        return a.ctx_ == b.ctx_ && a.inner_ == b.inner_;
+        return a.ctx_ == b.ctx_ && a.bits_ == b.bits_;
     }
     friend bool operator!=(const session_executor& a, const session_executor& b) noexcept { return !(a == b); }
 
 private:
-    asio::any_io_executor inner_;
+    static constexpr std::uint8_t never_bit = 1;
+    static constexpr std::uint8_t tracked_bit = 2;
+    static constexpr std::uint8_t continuation_bit = 4;
+
+    // Adopts one count of the context's tracked_refs when `bits` say tracked.
+    session_executor(std::shared_ptr<session_context> ctx, std::uint8_t bits) noexcept
+        : ctx_(std::move(ctx)), bits_(bits) {}
+    bool tracked() const noexcept { return (bits_ & tracked_bit) != 0; }
+    session_executor with(std::uint8_t bit, bool on) const noexcept {
+        const auto bits = static_cast<std::uint8_t>(on ? bits_ | bit : bits_ & ~bit);
+        if ((bits & tracked_bit) != 0) ctx_->tracked_refs.fetch_add(1, std::memory_order_relaxed);
+        return session_executor(ctx_, bits);
+    }
+    void release() noexcept {
+        if (tracked() && ctx_->tracked_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ctx_->drop_tracked();
+        bits_ = 0;
+    }
+
     std::shared_ptr<session_context> ctx_;
+    std::uint8_t bits_ = 0;
 };
 
 /// The session_executor inside `ex`, if that is what it wraps.
@@ -132,7 +242,8 @@ session_context* context_of(const Executor& ex) noexcept {
     return ctx != nullptr && ctx->active.load(std::memory_order_acquire) ? ctx : nullptr;
 }
 
-/// Strips a session_executor so a nested body never wraps a wrapper.
+/// Strips a session_executor so a nested body never wraps a wrapper (and a
+/// tracked one's work is not lost: the inner executor is asked again).
 inline asio::any_io_executor unwrap_executor(const asio::any_io_executor& ex) {
     if (const auto* se = as_session_executor(ex)) return se->inner();
     return ex;

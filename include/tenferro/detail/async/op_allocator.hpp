@@ -36,6 +36,11 @@ void deallocate_op_memory(void* p, std::size_t size) noexcept;
 /// now, where the caller may still throw, instead of there (an initiation
 /// that Asio runs inside a noexcept function, S19).
 void reserve_op_memory(std::size_t size);
+/// reserve_op_memory for a block that may not be asked for (the next hop of a
+/// coroutine the library spawns): the same, but not recorded as the
+/// reservation of an initiation (op_cache_record.hpp, whose tests check that
+/// an initiation allocates exactly what it reserved).
+void keep_op_block(std::size_t size);
 
 /// The check of an S19 reservation against the block the initiation then
 /// allocates: when they differ, the static_assert fails and the compiler's
