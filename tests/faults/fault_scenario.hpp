@@ -194,16 +194,6 @@ using scenario_fn = std::function<std::uint64_t(const run_config&, verdict&, std
 struct scenario {
     std::string name;
     scenario_fn run;
-    // The operation is awaited under an adapter of the user's that allocates
-    // for itself, in Asio's code, before the library's initiation runs
-    // (cancel_after: its timed-cancel operation and its timer's wait), and
-    // the scenario cannot keep all of those out of the fault window (two
-    // batch items in flight miss Asio's cache after the warm-up). A failure
-    // there is the user's adapter's, not the library's (issue 45's rule: a
-    // site counts when the library, or Asio on the library's behalf, made the
-    // failing allocation). Such runs are reported, and fail the test only with
-    // --strict (docs/testing.md).
-    bool users_adapter_allocates = false;
 };
 
 /// Creates Asio's system context before the fault window, as any program
