@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <new>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <utility>
 
@@ -17,10 +19,26 @@
 namespace tenferro::detail {
 namespace {
 
+// A running session of a scope stops when the scope is asked to (S20).
+struct inner_session_stopper {
+    entry_base* entry;
+    void operator()() const noexcept {
+        std::stop_source source = entry->stop_for_cancellation();
+        if (source.stop_possible()) source.request_stop();
+    }
+};
+
 struct scope_state final : session_context {
     scope_state(const void* host, std::string_view backend)
         : session_context(context_kind::scope, host), scope(backend) {}
     execution_scope scope;
+    /// The scope entry's stop (none when nobody can cancel the scope); set
+    /// before its body starts.
+    std::stop_token stop;
+    /// The session of this scope running now (S8: one at a time, which the
+    /// busy flag guarantees) stops with the scope: linked from its body's
+    /// start to its end.
+    std::optional<std::stop_callback<inner_session_stopper>> running_session;
 };
 
 // The entry whose initiating function is running on this thread. A body that
@@ -285,6 +303,24 @@ void entry_base::start(session_context* ctx) noexcept {
                                   "an admission_observer hook threw earlier; the host admits nothing more");
         if (queue.is_shut_down()) return reject_counted(session_entry_errc::executor, "the host was shut down");
         if (const char* busy = busy_before_admission()) return reject_counted(session_entry_errc::contended, busy);
+        // S20: a scope asked to stop starts no more sessions; one that can be
+        // stopped gives each of its sessions a stop state, since the scope's
+        // stop reaches them (made here, at initiation, S19).
+        const std::stop_token& scope_stop = static_cast<scope_state*>(ctx)->stop;
+        if (scope_stop.stop_requested()) {
+            queue.note_cancelled(group_);
+            return reject(session_entry_errc::cancelled,
+                          "entered inside an execution scope that was asked to stop (S20); the body did not run");
+        }
+        if (scope_stop.stop_possible() && !can_stop()) {
+            try {
+                make_stoppable();
+            } catch (...) {
+                return reject_counted(session_entry_errc::executor,
+                                      "out of memory for the stop state of a session inside a cancellable execution "
+                                      "scope; the body did not run");
+            }
+        }
         if (ctx->scope_busy.exchange(true, std::memory_order_acq_rel))
             return reject_counted(session_entry_errc::contended, "another session of this execution scope is running");
         scope_ = ctx->shared_from_this();
@@ -548,8 +584,14 @@ void entry_base::run() noexcept {
             auto state = std::make_shared<scope_state>(core_.get(), core_->name());
             body_context_ = state;
             state->set_executors(caller_executor());
+            state->stop = stop_token();
             spawn_scope(session_executor(state), state->scope);
         } else {
+            // A session of a scope that can be stopped stops with it (S20):
+            // if the scope was asked already, at once.
+            if (scope_ && can_stop())
+                static_cast<scope_state&>(*scope_).running_session.emplace(static_cast<scope_state&>(*scope_).stop,
+                                                                           inner_session_stopper{this});
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.
@@ -609,6 +651,7 @@ void entry_base::body_finished() noexcept {
     if (body_context_) {
         // From here the deadline timer no longer reaches this entry (S20).
         if (body_context_->deadline.entry != nullptr) core_->running().unwatch(body_context_->deadline);
+        body_context_->stop_forwarding();  // nor does a stop reach the body's awaits
         body_context_->active.store(false, std::memory_order_release);
         body_context_->close();  // an asynchronous body's session goes before its permits
         body_context_->release_tracked();  // the caller's work, unless a body's copy still holds it
@@ -626,6 +669,7 @@ void entry_base::release_permits() noexcept {
     // Only a body that ended, or never started, gives permits back.
     phase_.expect(entry_phase::finishing, entry_phase::finishing, "the release of its permits");
     if (scope_) {
+        static_cast<scope_state&>(*scope_).running_session.reset();  // before the next session may start
         scope_->scope_busy.store(false, std::memory_order_release);
         scope_.reset();
         core_->queue().note_completed_without_permits(group_);

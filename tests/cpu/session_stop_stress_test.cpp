@@ -2,8 +2,9 @@
 // one cpu_backend whose bodies run the backend's operations for a random
 // while, with random deadlines (stopping or not), random cancellations (a
 // terminal or partial emit, at a random moment, from the client's strand),
-// synchronous and asynchronous bodies, both placements, and bodies that catch
-// the stop and return. At the end: every entry completed exactly once; every
+// synchronous and asynchronous bodies (which also wait on timers of their own,
+// cancelled by the stop from whichever thread asks), both placements, and
+// bodies that catch the stop and return. At the end: every entry completed exactly once; every
 // body ran at most once; an entry completes "stopped while running" only when
 // something asked it to stop, with the code of a cause it had; the counters
 // balance (stopped counts exactly the stopped completions, and every admitted
@@ -114,8 +115,14 @@ TEST_CASE("S20 stress: random stops, deadlines and cancellations; exactly once, 
                         for (int k = 0; k < rounds; ++k) {
                             if (catches && s.stop_requested()) co_return -1;
                             (void)s.exp(small);
-                            if (k % 8 == 7)
+                            if (k % 16 == 15) {
+                                // A timer of the body's own: a stop cancels it
+                                // (S20), from whichever thread asks.
+                                asio::steady_timer wait(co_await asio::this_coro::executor, microseconds(40));
+                                co_await wait.async_wait(asio::use_awaitable);
+                            } else if (k % 8 == 7) {
                                 co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                            }
                         }
                         if (throws) throw body_error("chaos");
                         co_return 1;

@@ -130,12 +130,19 @@ scenario entry_awaited(placement where, await_kind kind) {
 /// the completion's hand-off. It completes once: `cancelled` or
 /// `deadline_exceeded` (stopped), or `executor` when its stop state could not
 /// be made (then it never queued).
+///
+/// `awaiting`: an asynchronous body that waits an hour on a timer, so only the
+/// stop emitted into its own slot ends it (S20): the library's allocations
+/// are then also co_spawn's for the slot, the body's turns and the emit's hop.
+/// The timer and its await are the body's own (users_own); a stop that did
+/// not reach the await leaves the run hanging, which the loop reports.
 enum class stop_kind { cancel, deadline };
 
-scenario entry_stopped(stop_kind kind) {
+scenario entry_stopped(stop_kind kind, bool awaiting) {
     return {
-        std::string("entry/stopped/") + (kind == stop_kind::cancel ? "cancel" : "deadline"),
-        [kind](const run_config& c, verdict& v, std::uint64_t& injected) {
+        std::string(awaiting ? "entry/stopped-await/" : "entry/stopped/") +
+            (kind == stop_kind::cancel ? "cancel" : "deadline"),
+        [kind, awaiting](const run_config& c, verdict& v, std::uint64_t& injected) {
             asio::io_context io;
             cpu_backend cpu({.permits = 2});
             probe p;
@@ -149,11 +156,23 @@ scenario entry_stopped(stop_kind kind) {
                     std::this_thread::sleep_for(50us);
                 }
             };
+            const auto awaiting_body = [&running](backend_session&) -> asio::awaitable<int> {
+                const auto ex = co_await asio::this_coro::executor;
+                const af::users_own mine;  // the body's own timer and await
+                asio::steady_timer timer(ex, 1h);
+                running = true;
+                co_await timer.async_wait(asio::use_awaitable);
+                co_return 0;
+            };
             arm(c);
             try {
                 session_options o = opts(placement::compute);
                 if (kind == stop_kind::deadline) o.deadline = std::chrono::steady_clock::now() + 3ms;
-                cpu.with_backend_session(o, body, asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p)));
+                auto token = asio::bind_cancellation_slot(cancel.slot(), io_handler(io, p));
+                if (awaiting)
+                    cpu.with_backend_session(o, awaiting_body, std::move(token));
+                else
+                    cpu.with_backend_session(o, body, std::move(token));
             } catch (const std::bad_alloc&) {
                 p.initiation_threw = true;
             }
@@ -590,8 +609,10 @@ std::vector<scenario> admission_scenarios() {
         s.push_back(entry_waiting(k));
     s.push_back(entry_cached_busy());
     s.push_back(entry_poisoned());
-    s.push_back(entry_stopped(stop_kind::cancel));
-    s.push_back(entry_stopped(stop_kind::deadline));
+    for (const bool awaiting : {false, true}) {
+        s.push_back(entry_stopped(stop_kind::cancel, awaiting));
+        s.push_back(entry_stopped(stop_kind::deadline, awaiting));
+    }
     s.push_back(scope_with_sessions(false));
     s.push_back(scope_with_sessions(true));
     for (batch_kind k :

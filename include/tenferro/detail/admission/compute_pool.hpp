@@ -171,6 +171,9 @@ public:
     /// on: what a coroutine's next hop to the pool needs, reserved with
     /// keep_op_block before co_spawn (entry_op::spawn, S19).
     static constexpr std::size_t type_erased_task_bytes() noexcept;
+    /// The block of a task holding an `F`.
+    template <class F>
+    static constexpr std::size_t task_bytes() noexcept;
 
     compute_pool& context() const noexcept { return *pool_; }
 
@@ -254,6 +257,11 @@ inline compute_pool::executor_type compute_pool::get_executor() noexcept { retur
 
 constexpr std::size_t compute_pool::executor_type::type_erased_task_bytes() noexcept {
     return sizeof(function_task<one_pointer_function>);
+}
+
+template <class F>
+constexpr std::size_t compute_pool::executor_type::task_bytes() noexcept {
+    return sizeof(function_task<F>);
 }
 
 }  // namespace tenferro::detail

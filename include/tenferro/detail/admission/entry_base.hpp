@@ -188,6 +188,12 @@ protected:
     /// The body ended by the stop asked of it: the entry completes with
     /// `cancelled`, counted as stopped (S20).
     void stopped_while_running() noexcept;
+    /// The entry has a stop state (S20): it can be asked to stop.
+    bool can_stop() const noexcept { return stop_.stop_possible(); }
+    /// Its stop state's token (S20; one with no state when it has none).
+    std::stop_token stop_token() const noexcept { return stop_.get_token(); }
+    /// The running body's context (an asynchronous body's or a scope's), or null.
+    session_context* body_context() const noexcept { return body_context_.get(); }
     /// A stop was asked of this entry (S20).
     bool stop_requested() const noexcept { return phase_.stop_requested(); }
     /// A running body of this entry is asked to stop at its deadline (S20).

@@ -309,10 +309,18 @@ private:
     };
     /// Runs where co_spawn hands it over (inline_executor.hpp): co_spawn's
     /// last step then allocates nothing (S19).
+    /// Its slot is the body's own (S20): an entry that can be stopped emits
+    /// `terminal` there, and co_spawn passes it to the body's awaits.
     struct async_completion : op_function<entry_op, async_completion_policy> {
         using op_function<entry_op, async_completion_policy>::op_function;
         using executor_type = inline_executor;
         executor_type get_executor() const noexcept { return {}; }
+        using cancellation_slot_type = asio::cancellation_slot;
+        cancellation_slot_type get_cancellation_slot() const noexcept {
+            const entry_op* op = this->get();
+            session_context* ctx = op != nullptr ? op->body_context() : nullptr;
+            return ctx != nullptr && ctx->forwards_stop ? ctx->body_signal.slot() : cancellation_slot_type();
+        }
     };
 
     /// Hands `fn` to the caller's executor, from any thread, through the op's
@@ -455,6 +463,24 @@ private:
             // a throw destroys it there, which finishes the entry
             // (body_dropped), and the entry may be gone when we get here.
             async_completion done(this);
+            // S20: the stop of an entry that can be stopped also cancels the
+            // body's own awaits (session_context::forward_stops). Spawning is
+            // a turn of the body: a stop asked meanwhile is emitted when it
+            // ends, once co_spawn has connected the body to the slot. The
+            // context is held here, since the body may end (and the entry
+            // go) inside co_spawn.
+            std::optional<session_executor> forwarding;
+            if (can_stop()) {
+                forwarding.emplace(ex);
+                forwarding->context()->begin_turn();
+                forwarding->context()->forward_stops(stop_token());
+            }
+            struct end_spawning_turn {
+                std::optional<session_executor>& held;
+                ~end_spawning_turn() {
+                    if (held) held->context()->end_turn();
+                }
+            } const end_turn{forwarding};
             try {
                 // body_ lives in this op until finish(), so a lambda coroutine's
                 // captures outlive its frame.
@@ -465,7 +491,8 @@ private:
                 reserve_handoff_blocks();
                 // And the block of its next hop to the compute pool (a post
                 // when the body ends without suspending).
-                keep_op_block(compute_pool::executor_type::type_erased_task_bytes());
+                keep_op_block(forwarding ? session_executor::turn_task_bytes()
+                                         : compute_pool::executor_type::type_erased_task_bytes());
                 asio::co_spawn(std::move(ex), std::move(body), std::move(done));
             } catch (...) {
                 if (done.release() == nullptr) return;

@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -35,6 +37,15 @@
 namespace tenferro::detail {
 
 enum class context_kind : unsigned char { session, scope };
+
+struct session_context;
+
+/// The stop_callback that carries an entry's stop into its asynchronous
+/// body's own awaits (session_context::forward_stop).
+struct body_stop_forwarder {
+    session_context* ctx;
+    void operator()() const noexcept;
+};
 
 struct session_context : std::enable_shared_from_this<session_context> {
     session_context(context_kind k, const void* h) noexcept : kind(k), host(h) {}
@@ -77,8 +88,54 @@ struct session_context : std::enable_shared_from_this<session_context> {
     /// zero: the tracked executors are gone for good.
     std::atomic<std::size_t> tracked_refs{0};
 
+    // ---- S20: an asynchronous body's own awaits are cancelled with it ----
+    //
+    // The body (or scope body) of an entry that can be asked to stop runs
+    // under co_spawn with this signal's slot as its completion's slot, so the
+    // coroutine's awaits see what is emitted here. A slot is not
+    // thread-safe, and the body's executor may have several threads (the
+    // compute pool), so the emit is serialised with the body's turns: every
+    // function the body's executor runs is one turn (session_executor wraps
+    // it), and `terminal` is emitted only when no turn runs, either by the
+    // last turn to end, or by a function posted to the body's executor when
+    // the request finds the body suspended. Each stop is emitted once.
+
+    /// Before co_spawn: the body's turns are counted from now, and the
+    /// entry's stop (`token`) is forwarded into `body_signal`. Allocates
+    /// nothing; a stop already requested is emitted when the spawning turn
+    /// ends (end_turn).
+    void forward_stops(std::stop_token token) noexcept {
+        forwards_stop = true;
+        stop_forward.emplace(std::move(token), body_stop_forwarder{this});
+    }
+    /// The body is over: its stop goes nowhere more (waits for a request
+    /// that is forwarding right now on another thread).
+    void stop_forwarding() noexcept { stop_forward.reset(); }
+
+    /// A turn of the body begins (waits while an emit runs on another thread).
+    void begin_turn() noexcept;
+    /// A turn ends: the last one emits a stop asked meanwhile.
+    void end_turn() noexcept;
+    /// The stop_callback's work, on the requesting thread: marks the emit
+    /// due, and unless a turn is running (whose end emits), hands it to the
+    /// body's executor.
+    void forward_stop() noexcept;
+    /// Emits `terminal` when it is due and no turn runs; false when a turn
+    /// runs (its end emits).
+    void try_emit() noexcept;
+
+    /// The asynchronous body's cancellation signal (co_spawn's completion's slot).
+    asio::cancellation_signal body_signal;
+    /// Read by session_executor::execute: the body's functions run as turns.
+    /// Written before co_spawn, never after.
+    bool forwards_stop = false;
+
 private:
     bool has_executors_ = false;  // set_executors ran; written before the body, read at its end
+    // Turns running (from bit 2 up), an emit due (bit 1), an emit running (bit 0).
+    static constexpr std::uint32_t emitting = 1, emit_due = 2, one_turn = 4;
+    std::atomic<std::uint32_t> turns_{0};
+    std::optional<std::stop_callback<body_stop_forwarder>> stop_forward;
 };
 
 /// The context of the synchronous body running on this thread, if any.
@@ -136,21 +193,20 @@ public:
     }
     ~session_executor() { release(); }
 
+    /// The compute pool's task block for one of Asio's type-erased functions
+    /// run as a turn of a body whose stop is forwarded (the block co_spawn's
+    /// next hop to the pool needs then; keep_op_block).
+    static constexpr std::size_t turn_task_bytes() noexcept;
+
     /// The executor it forwards to (untracked, possibly blocking).
     const asio::any_io_executor& inner() const noexcept { return ctx_->inner[0]; }
     session_context* context() const noexcept { return ctx_.get(); }
 
     template <class F>
     void execute(F&& f) const {
-        const asio::any_io_executor& inner = ctx_->inner[bits_ & (never_bit | tracked_bit)];
-        // The compute pool's executor is called as itself: through the
-        // any_io_executor it would wrap `f` (already Asio's type-erased
-        // function) in a second block.
-        if constexpr (executor_target_available) {
-            if (const auto* pool = executor_target<compute_pool::executor_type>(inner))
-                return pool->execute(std::forward<F>(f));
-        }
-        asio_execute(inner, std::forward<F>(f));
+        // A body whose stop reaches its awaits (S20): each function is a turn.
+        if (ctx_->forwards_stop) return execute_inner(body_turn<std::decay_t<F>>{ctx_, std::forward<F>(f)});
+        execute_inner(std::forward<F>(f));
     }
 
     asio::execution_context& query(asio::execution::context_t) const noexcept {
@@ -203,6 +259,37 @@ public:
     friend bool operator!=(const session_executor& a, const session_executor& b) noexcept { return !(a == b); }
 
 private:
+    /// One function of a body whose stop is forwarded, run as a turn
+    /// (session_context::begin_turn). Holds the context: the function may end
+    /// the body and drop every other hold on it.
+    template <class F>
+    struct body_turn {
+        std::shared_ptr<session_context> ctx;
+        F f;
+        void operator()() {
+            struct end_guard {
+                session_context& c;
+                ~end_guard() { c.end_turn(); }
+            };
+            ctx->begin_turn();
+            const end_guard end{*ctx};
+            f();
+        }
+    };
+
+    template <class F>
+    void execute_inner(F&& f) const {
+        const asio::any_io_executor& inner = ctx_->inner[bits_ & (never_bit | tracked_bit)];
+        // The compute pool's executor is called as itself: through the
+        // any_io_executor it would wrap `f` (already Asio's type-erased
+        // function) in a second block.
+        if constexpr (executor_target_available) {
+            if (const auto* pool = executor_target<compute_pool::executor_type>(inner))
+                return pool->execute(std::forward<F>(f));
+        }
+        asio_execute(inner, std::forward<F>(f));
+    }
+
     static constexpr std::uint8_t never_bit = 1;
     static constexpr std::uint8_t tracked_bit = 2;
     static constexpr std::uint8_t continuation_bit = 4;
@@ -224,6 +311,14 @@ private:
     std::shared_ptr<session_context> ctx_;
     std::uint8_t bits_ = 0;
 };
+
+constexpr std::size_t session_executor::turn_task_bytes() noexcept {
+    struct one_pointer_function {
+        void* target;
+        void operator()() const noexcept {}
+    };
+    return compute_pool::executor_type::task_bytes<body_turn<one_pointer_function>>();
+}
 
 /// The session_executor inside `ex`, if that is what it wraps.
 inline const session_executor* as_session_executor(const asio::any_io_executor& ex) noexcept {

@@ -39,6 +39,8 @@ public:
     /// Whether this function still owns its op (it was neither invoked, nor
     /// moved from, nor released).
     bool owns() const noexcept { return op_ != nullptr; }
+    /// The op it owns (null when it owns none).
+    Op* get() const noexcept { return op_; }
     /// Gives the op back to the caller, which then decides its fate.
     Op* release() noexcept { return std::exchange(op_, nullptr); }
 
