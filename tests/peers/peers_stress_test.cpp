@@ -372,9 +372,15 @@ TEST_CASE("tokio loom: batch semaphore chaos (threads, weights, throws, cancella
                     auto async_fn = [&rec, &held, &over, k, throws](test_session&) -> asio::awaitable<int> {
                         rec.runs.fetch_add(1);
                         if (held.fetch_add(static_cast<int>(k)) + static_cast<int>(k) > 3) over.fetch_add(1);
+                        // Given back however the body ends: the timeout's `||`
+                        // stops it, and its pause then throws (S20).
+                        struct give_back {
+                            std::atomic<int>& held;
+                            int k;
+                            ~give_back() { held.fetch_sub(k); }
+                        } const holding{held, static_cast<int>(k)};
                         asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::microseconds(30));
                         co_await pause.async_wait(asio::use_awaitable);
-                        held.fetch_sub(static_cast<int>(k));
                         if (throws) throw chaos_error("chaos");
                         co_return static_cast<int>(k);
                     };
