@@ -24,15 +24,19 @@ namespace detail {
 class entry_base;
 }
 
-/// Why an entry was rejected. Every code is decided before the body starts (rule S3).
+/// Why an entry completed without a value. Every code but two is decided
+/// before the body starts (rule S3); `cancelled` and `deadline_exceeded` also
+/// end an entry whose body was stopped while running (S20), and its detail
+/// then says so.
 enum class session_entry_errc : int {
     reentered = 1,         ///< a nested entry inside a running session (any backend)
     contended,             ///< a busy resource that admission cannot (or was told not to) wait for
     incompatible_context,  ///< mismatched execution scope / executor / cache declaration
     resource_poisoned,     ///< admission state poisoned by an earlier failure inside admission
     executor,              ///< the compute executor cannot be entered (stopped, shut down, lost work)
-    cancelled,             ///< the entry was cancelled while waiting; the body did not run
-    deadline_exceeded,     ///< not admitted by `session_options::deadline` (or predicted not to be)
+    cancelled,             ///< cancelled while waiting (the body did not run), or stopped while running (S20)
+    deadline_exceeded,  ///< not admitted by `session_options::deadline` (or predicted not to be), or stopped at it
+                        ///< (S20)
 };
 
 /// The category of `session_entry_errc`; `name()` is `"tenferro.session_entry"`.

@@ -20,9 +20,9 @@ const char* reason(session_entry_errc e) noexcept {
     case session_entry_errc::executor:
         return "the compute executor cannot run it";
     case session_entry_errc::cancelled:
-        return "it was cancelled while waiting";
+        return "it was cancelled (while it waited, or it was stopped while running, S20)";
     case session_entry_errc::deadline_exceeded:
-        return "it was not admitted by its deadline";
+        return "its deadline passed (before it started, or it was stopped at it while running, S20)";
     }
     return "of an unknown admission error";
 }
