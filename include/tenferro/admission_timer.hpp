@@ -3,9 +3,10 @@
 /// `admission_timer`: the clock and the wake-ups behind a host's deadlines
 /// (P4), its early rejection (P5) and its groups' permit-time (P2), and behind
 /// a batcher's `max_delay` (B6), for a program that wants to drive them
-/// itself. Without one, each reads `std::chrono::steady_clock` and sleeps on a
-/// thread of its own (started only when first needed). Given one, no such
-/// thread is started and every reading of the time goes through `now()`: the
+/// itself. Without one, each reads `std::chrono::steady_clock` and is woken by
+/// the library's one timer thread (shared by every host and batcher of the
+/// process, started only when first needed). Given one, that thread is not
+/// used and every reading of the time goes through `now()`: the
 /// decisions are taken by the same code either way, only the clock and the
 /// waiting differ. Uses: an event loop that has timers already (an
 /// `asio::steady_timer` on the server's io_context), and the deterministic

@@ -23,7 +23,6 @@
 #include <functional>
 #include <memory>
 #include <span>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -39,9 +38,9 @@
 namespace tenferro {
 
 /// The timer behind `batch_options::max_delay` (B6), for a program that
-/// wants to drive it itself: by default a batcher with a delay runs one
-/// thread of its own that sleeps until the next partial batch is due; given a
-/// timer, it starts no thread, stamps each item with the timer's `now()` and
+/// wants to drive it itself: by default a batcher with a delay is woken, when
+/// the next partial batch is due, by the library's one timer thread (shared by
+/// every host and batcher); given a timer, it does not use that thread, stamps each item with the timer's `now()` and
 /// asks it for the wake-ups instead (admission_timer.hpp). A replaced wake-up
 /// that still happens finds nothing due.
 using batch_timer = admission_timer;
@@ -57,7 +56,7 @@ struct batch_options {
     /// How each batch's session is entered (permits, wait policy, placement).
     session_options session = {};
     /// With `max_delay > 0`: the timer that wakes the batcher when a partial
-    /// batch is due. Null (the default): a thread of the batcher's own.
+    /// batch is due. Null (the default): the library's timer thread.
     std::shared_ptr<batch_timer> timer = nullptr;
 };
 
@@ -110,16 +109,12 @@ public:
                 },
                 nullptr);
         }
-        if (options_.max_delay.count() > 0 && !options_.timer)
-            timer_ = std::thread([core = core_] { core->timer_loop(); });
+        if (options_.max_delay.count() > 0 && !options_.timer) core_->use_library_timer();
     }
 
     /// Items still waiting complete with `executor`; sessions already entered
     /// finish with the items they took.
-    ~batcher() {
-        core_->close();
-        if (timer_.joinable()) timer_.join();
-    }
+    ~batcher() { core_->close(); }
 
     batcher(const batcher&) = delete;
     batcher& operator=(const batcher&) = delete;
@@ -152,7 +147,6 @@ public:
 private:
     batch_options options_;
     std::shared_ptr<core_type> core_;
-    std::thread timer_;
 };
 
 }  // namespace tenferro

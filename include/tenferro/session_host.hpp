@@ -110,8 +110,8 @@ struct host_options {
     bool reject_late = false;
     /// Optional: the clock of deadlines, early rejection and permit-time, and
     /// the wake-ups at deadlines (admission_timer.hpp). Null: the steady clock
-    /// and a thread of the host's own, started by its first entry with a
-    /// deadline. The deterministic simulation (tests/sim/) sets a virtual one.
+    /// and the library's one timer thread (shared by every host and batcher),
+    /// started by the first entry with a deadline. The deterministic simulation (tests/sim/) sets a virtual one.
     std::shared_ptr<admission_timer> timer = nullptr;
 };
 

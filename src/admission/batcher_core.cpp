@@ -107,7 +107,8 @@ void batcher_core::close() noexcept {
         rejected_ += waiting_.size();
         list = std::move(waiting_);
     }
-    timer_wake_.notify_all();
+    // No firing after this (one running elsewhere is waited for).
+    if (library_timer_) cancel_library_timer(*this);
     // (Each is unlinked before it finishes: finishing may free it.)
     while (item* it = list.pop_front()) {
         it->fail(nullptr, session_entry_error(
@@ -141,23 +142,26 @@ void batcher_core::timer_fired() noexcept {
     rearm();
 }
 
-void batcher_core::timer_loop() noexcept {
-    std::unique_lock lock(mutex_);
-    while (!closed_) {
-        std::optional<std::chrono::steady_clock::time_point> deadline = delay_deadline_locked();
-        if (deadline && now() >= *deadline) {
-            const std::size_t start = plan_locked(true);
-            lock.unlock();
-            enter_sessions(start);
-            lock.lock();
-            if (start == 0) timer_wake_.wait(lock);  // nothing could start (no session slot): wait for news
-            continue;
-        }
-        if (deadline)
-            timer_wake_.wait_until(lock, *deadline);
-        else
-            timer_wake_.wait(lock);
+void batcher_core::use_library_timer() {
+    start_library_timer();
+    library_timer_ = true;
+}
+
+timer_node::clock::time_point batcher_core::fire(clock::time_point at) noexcept {
+    // Held while it runs: the last run of a destroyed batcher may end here.
+    const std::shared_ptr<batcher_core> self = shared_from_this();
+    std::size_t start = 0;
+    {
+        const std::lock_guard lock(mutex_);
+        const std::optional<clock::time_point> deadline = delay_deadline_locked();
+        if (deadline && at >= *deadline) start = plan_locked(true);
     }
+    enter_sessions(start);
+    // The next partial batch's time; none when nothing could start (no
+    // session slot): the news that frees one arms it again.
+    const std::lock_guard lock(mutex_);
+    if (closed_) return clock::time_point::max();
+    return delay_deadline_locked().value_or(clock::time_point::max());
 }
 
 /// How many sessions to enter now (counted as entered). B5: never more than
@@ -207,11 +211,15 @@ std::chrono::steady_clock::time_point batcher_core::now() const {
 /// taken, a session finished): wake the thread, or set the user's timer.
 void batcher_core::delay_news() noexcept {
     if (max_delay_.count() == 0) return;
-    if (!timer_) {
-        timer_wake_.notify_one();
-        return;
+    if (!library_timer_) return rearm();
+    std::optional<clock::time_point> deadline;
+    {
+        const std::lock_guard lock(mutex_);
+        if (closed_) return;
+        deadline = delay_deadline_locked();
     }
-    rearm();
+    // (A deadline already armed earlier stands; its firing finds the next.)
+    if (deadline) arm_library_timer(*this, *deadline);
 }
 
 /// Sets the user's timer for the current deadline, unless it is set for it

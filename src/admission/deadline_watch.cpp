@@ -1,42 +1,31 @@
 #include "tenferro/detail/admission/deadline_watch.hpp"
 
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 #include <utility>
+
+#include "tenferro/detail/async/library_timer.hpp"
 
 namespace tenferro::detail {
 
-struct deadline_watch::state : std::enable_shared_from_this<state> {
+struct deadline_watch::state : timer_node, std::enable_shared_from_this<state> {
     explicit state(std::shared_ptr<admission_timer> t) : timer(std::move(t)) {}
 
-    const std::shared_ptr<admission_timer> timer;  // null: the thread below
+    const std::shared_ptr<admission_timer> timer;  // null: the library's timer thread
     std::function<clock::time_point(clock::time_point)> expire;  // written once, by start(), under mutex
     std::mutex mutex;
-    std::condition_variable wake;
-    clock::time_point next = clock::time_point::max();  // guarded by mutex: the wake-up asked for
+    clock::time_point next = clock::time_point::max();  // guarded by mutex: the wake-up asked of `timer`
     bool stop = false;                                   // guarded by mutex
-    std::thread thread;                                  // written by start(), under mutex
+    bool started = false;                                // guarded by mutex: `expire` is set
 
-    static void loop(const std::shared_ptr<state>& self) noexcept {
-        std::unique_lock lock(self->mutex);
-        for (;;) {
-            if (self->stop) return;
-            if (self->next == clock::time_point::max()) {
-                self->wake.wait(lock);
-                continue;
-            }
-            const clock::time_point now = clock::now();
-            if (now < self->next) {
-                self->wake.wait_until(lock, self->next);
-                continue;
-            }
-            self->next = clock::time_point::max();
-            lock.unlock();
-            const clock::time_point later = self->expire(now);
-            lock.lock();
-            if (later < self->next) self->next = later;
+    // The library timer's call. The state is held meanwhile: the host, and
+    // this watch with it, may be destroyed inside `expire`.
+    clock::time_point fire(clock::time_point now) noexcept override {
+        const std::shared_ptr<state> self = shared_from_this();
+        {
+            const std::lock_guard lock(mutex);
+            if (stop || !started) return clock::time_point::max();
         }
+        return expire(now);  // written once, before any arm; called in place
     }
 
     // The timer's flavour: `fired` is the call the timer makes for the
@@ -87,35 +76,24 @@ deadline_watch::deadline_watch(std::shared_ptr<admission_timer> timer)
     : state_(std::make_shared<state>(std::move(timer))) {}
 
 deadline_watch::~deadline_watch() {
-    std::thread thread;
     {
         std::lock_guard lock(state_->mutex);
         state_->stop = true;
-        thread = std::move(state_->thread);
     }
-    state_->wake.notify_all();
-    if (!thread.joinable()) return;
-    if (thread.get_id() == std::this_thread::get_id())
-        thread.detach();  // the host died on its own deadline thread: the loop sees `stop` next
-    else
-        thread.join();
+    if (!state_->timer) cancel_library_timer(*state_);  // (waits for a call running elsewhere)
 }
 
 void deadline_watch::start(std::function<clock::time_point(clock::time_point)> expire) {
     std::lock_guard lock(state_->mutex);
-    if (state_->stop || state_->expire) return;
-    if (!state_->timer) state_->thread = std::thread([self = state_] { state::loop(self); });
+    if (state_->stop || state_->started) return;
+    if (!state_->timer) start_library_timer();
     state_->expire = std::move(expire);
+    state_->started = true;
 }
 
 void deadline_watch::arm(clock::time_point when) noexcept {
     if (state_->timer) return state_->arm_timer(when);
-    {
-        std::lock_guard lock(state_->mutex);
-        if (when >= state_->next) return;
-        state_->next = when;
-    }
-    state_->wake.notify_all();
+    arm_library_timer(*state_, when);
 }
 
 }  // namespace tenferro::detail

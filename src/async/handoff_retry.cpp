@@ -1,28 +1,27 @@
-// The retrying thread of include/tenferro/detail/async/handoff_retry.hpp.
+// The retries of include/tenferro/detail/async/handoff_retry.hpp, on the library's timer thread.
 
 #include "tenferro/detail/async/handoff_retry.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
-#include <utility>
+#include <type_traits>
+
+#include "tenferro/detail/async/library_timer.hpp"
 
 namespace tenferro::detail {
 
-class handoff_retrier {
+// A node of the library's timer: parking arms it, and each firing tries every
+// parked hand-off once. Trivially destructible, with static storage: it stays
+// valid while the timer thread runs during the process's exit, whatever the
+// order of the statics' destruction.
+class handoff_retrier final : public timer_node {
 public:
+    using clock = timer_node::clock;
+
     std::mutex& mutex() noexcept { return mutex_; }
 
-    void start() {
-        if (running_.load(std::memory_order_acquire)) return;
-        const std::lock_guard<std::mutex> lock(mutex_);
-        if (running_.load(std::memory_order_relaxed)) return;
-        thread_ = std::thread([this] { loop(); });  // throws: the caller may throw
-        running_.store(true, std::memory_order_release);
-    }
+    void start() { start_library_timer(); }
 
     /// A lane gained a parked operation (mutex_ held).
     void parked_locked(retry_lane_base& lane) noexcept {
@@ -32,19 +31,8 @@ public:
         lanes_ = &lane;
     }
 
-    void wake() noexcept { wake_.notify_one(); }
-
-    // At exit: the thread is stopped. Hand-offs still parked then (memory
-    // never came back) are left as they are: their executors' contexts may
-    // already be gone, so not even their destruction is safe.
-    ~handoff_retrier() {
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            stopping_ = true;
-        }
-        wake_.notify_one();
-        if (thread_.joinable()) thread_.join();
-    }
+    /// Memory was short a moment ago: give it time to come back, then retry.
+    void wake() noexcept { arm_library_timer(*this, clock::now() + std::chrono::milliseconds(1)); }
 
 private:
     bool any_parked_locked() const noexcept {
@@ -53,41 +41,35 @@ private:
         return false;
     }
 
-    void loop() noexcept {
-        using namespace std::chrono_literals;
-        std::chrono::milliseconds pause = 1ms;
-        std::unique_lock<std::mutex> lock(mutex_);
-        for (;;) {
+    clock::time_point fire(clock::time_point) noexcept override {
+        retry_lane_base* lanes = nullptr;
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
             if (!any_parked_locked()) {
-                pause = 1ms;
-                wake_.wait(lock, [&] { return any_parked_locked() || stopping_; });
-            } else {
-                // Memory was short a moment ago: give it time to come back.
-                wake_.wait_for(lock, pause, [&] { return stopping_; });
+                pause_ = std::chrono::milliseconds(1);
+                return clock::time_point::max();
             }
-            if (stopping_) return;
             // Lanes are only ever added, at the front: the list read here
             // stays valid while the lock is dropped.
-            retry_lane_base* const lanes = lanes_;
-            lock.unlock();
-            bool still_short = false;
-            for (retry_lane_base* lane = lanes; lane != nullptr; lane = lane->next_lane_)
-                if (lane->retry_parked()) still_short = true;
-            lock.lock();
-            // Still short: back off (the failed ones kept their order).
-            pause = still_short ? std::min(pause * 2, std::chrono::milliseconds(64)) : 1ms;
+            lanes = lanes_;
         }
+        bool still_short = false;
+        for (retry_lane_base* lane = lanes; lane != nullptr; lane = lane->next_lane_)
+            if (lane->retry_parked()) still_short = true;
+        const std::lock_guard<std::mutex> lock(mutex_);
+        // Still short: back off (the failed ones kept their order).
+        pause_ = still_short ? std::min(pause_ * 2, std::chrono::milliseconds(64)) : std::chrono::milliseconds(1);
+        return any_parked_locked() ? clock::now() + pause_ : clock::time_point::max();
     }
 
     std::mutex mutex_;
-    std::condition_variable wake_;
-    retry_lane_base* lanes_ = nullptr;  // guarded by mutex_
-    bool stopping_ = false;             // guarded by mutex_
-    std::atomic<bool> running_{false};
-    std::thread thread_;
+    retry_lane_base* lanes_ = nullptr;                  // guarded by mutex_
+    std::chrono::milliseconds pause_{1};                // guarded by mutex_
 };
 
 namespace {
+
+static_assert(std::is_trivially_destructible_v<handoff_retrier>);
 
 handoff_retrier& retrier() noexcept {
     // Constant-initialisable members: no allocation to build it.

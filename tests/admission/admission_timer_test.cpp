@@ -3,6 +3,7 @@
 // read its clock, and the deadlines wake through its wake_at, never through
 // a thread of the host's. The clock here is a number the test moves, so each
 // case runs the same way every time.
+#include <tenferro/batcher.hpp>
 #include <tenferro/cpu_backend.hpp>
 
 #include <algorithm>
@@ -10,8 +11,10 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 #include <catch2/catch.hpp>
@@ -230,4 +233,60 @@ TEST_CASE("P5 on a host timer: the mean session duration and the time left are r
     REQUIRE(loose);
     CHECK(loose->has_value());
     CHECK(host.stats().expired == 1);
+}
+
+// ---- The library's one timer thread (docs/contract.md, "The library's threads")
+
+TEST_CASE("One timer thread for the library: 50 hosts with deadlines and 100 batchers with a delay start none") {
+    asio::io_context io;
+    std::vector<std::unique_ptr<test_host>> hosts;
+    for (int i = 0; i < 50; ++i) hosts.push_back(std::make_unique<test_host>(test_host_options{.permits = 1}));
+    // Every host is built (its workers run); from here on, nothing may start
+    // a thread: the deadlines and the delays are the library timer's.
+    const std::size_t threads = threads_of_this_process();
+    std::vector<std::unique_ptr<batcher<test_host, int, int>>> batchers;
+    for (int i = 0; i < 100; ++i)
+        batchers.push_back(std::make_unique<batcher<test_host, int, int>>(
+            *hosts[static_cast<std::size_t>(i % 50)], batch_options{.max_batch = 4, .max_delay = 2ms},
+            [](test_session&, std::span<int> items) { return std::vector<int>(items.begin(), items.end()); }));
+    int expired = 0, answered = 0;
+    for (auto& h : hosts) {
+        // A deadline already passed expires at once; a distant one arms the timer.
+        spawn(io, [&]() -> asio::awaitable<void> {
+            auto r = co_await h->with_backend_session(with_deadline(std::chrono::steady_clock::now() + 1h),
+                                                      [](test_session&) { return 1; });
+            if (r) ++answered;
+        });
+    }
+    for (auto& b : batchers)
+        spawn(io, [&]() -> asio::awaitable<void> {
+            auto r = co_await b->submit(7);  // a partial batch: the delay enters it
+            if (r && *r == 7) ++answered;
+        });
+    REQUIRE(tenferro::test::run_until(io, [&] { return answered == 150; }));
+    CHECK(threads_of_this_process() == threads);
+    // Deadlines that pass while entries wait: each host's holder keeps its
+    // permit, and its waiter expires on the shared thread.
+    std::vector<std::unique_ptr<asio::steady_timer>> releases;
+    std::atomic<int> held{0};
+    for (auto& h : hosts) {
+        releases.push_back(std::make_unique<asio::steady_timer>(io, 1h));
+        spawn(io, [&, release = releases.back().get()]() -> asio::awaitable<void> {
+            co_await h->with_backend_session(on_caller(), [&, release](test_session&) -> asio::awaitable<void> {
+                ++held;
+                asio::error_code ec;
+                co_await release->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            });
+        });
+        spawn(io, [&]() -> asio::awaitable<void> {
+            auto r = co_await h->with_backend_session(with_deadline(std::chrono::steady_clock::now() + 5ms),
+                                                      [](test_session&) { return 1; });
+            if (!r && r.error() == session_entry_errc::deadline_exceeded) ++expired;
+        });
+    }
+    REQUIRE(tenferro::test::run_until(io, [&] { return expired == 50; }));
+    CHECK(held == 50);
+    CHECK(threads_of_this_process() == threads);
+    for (auto& r : releases) r->cancel();
+    io.run();
 }

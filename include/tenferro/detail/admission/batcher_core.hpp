@@ -7,7 +7,6 @@
 // the library (src/admission/batcher_core.cpp).
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -22,6 +21,7 @@
 #include "tenferro/detail/admission/batch_item.hpp"
 #include "tenferro/detail/admission/batch_run.hpp"
 #include "tenferro/detail/async/intrusive_list.hpp"
+#include "tenferro/detail/async/library_timer.hpp"
 #include "tenferro/session_entry_error.hpp"
 
 namespace tenferro {
@@ -37,7 +37,7 @@ struct batch_done {};
 
 /// Reference counted: items and sessions in flight keep it (and the body)
 /// alive after the batcher itself is gone.
-class batcher_core : public std::enable_shared_from_this<batcher_core> {
+class batcher_core : public std::enable_shared_from_this<batcher_core>, private timer_node {
 public:
     using item = batch_item_base;
     using item_list = intrusive_list<item, &item::next, &item::prev>;
@@ -76,12 +76,14 @@ public:
     batch_stats stats() const;
 
     /// B6 with a user's timer (batch_options::timer): it fired. The same
-    /// decision as the thread's loop below: a partial batch whose first item
-    /// has waited max_delay is entered; then the timer is set for the next.
+    /// decision as the library timer's (fire): a partial batch whose first
+    /// item has waited max_delay is entered; then the timer is set for the next.
     void timer_fired() noexcept;
 
-    /// B6: the timer thread's loop (max_delay > 0, no batch_options::timer).
-    void timer_loop() noexcept;
+    /// B6 with no user's timer (max_delay > 0): the delay is a node of the
+    /// library's timer thread, started here. \throws std::system_error when
+    /// the thread cannot start (the batcher is then not built).
+    void use_library_timer();
 
 protected:
     /// `host_name` and `host_permits`: the host's; `options` as given to the
@@ -108,6 +110,9 @@ private:
     std::optional<std::chrono::steady_clock::time_point> delay_deadline_locked() const noexcept;
 
     std::chrono::steady_clock::time_point now() const;
+    /// The library timer's call (use_library_timer): enters a partial batch
+    /// that is due, and returns when the next one is.
+    clock::time_point fire(clock::time_point now) noexcept override;
     void delay_news() noexcept;
     void rearm() noexcept;
 
@@ -125,8 +130,9 @@ private:
     std::size_t max_sessions_ = 1;
     asio::execution_context fallback_context_;
 
+    bool library_timer_ = false;  // the delay is the library timer's (set before any item)
+
     mutable std::mutex mutex_;
-    std::condition_variable timer_wake_;
     std::optional<std::chrono::steady_clock::time_point> armed_;  // the user's timer is set for this
     item_list waiting_;
     std::size_t sessions_ = 0;   // entered and not yet completed (B5)

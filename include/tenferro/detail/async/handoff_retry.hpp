@@ -12,11 +12,12 @@
 // running forever. Spinning on the post would hang a thread.
 //
 // So the operation parks itself here, in an intrusive list that needs no
-// memory, and one thread of the library's own retries the parked hand-offs
-// with a growing pause (1 ms, doubling to 64 ms) until each goes through. The
-// thread is started, once per process, by the initiating functions that may
-// need it (a host's constructor, the .npy operations), where throwing is
-// still allowed, so that starting it never has to happen while memory is short.
+// memory, and the library's timer thread (library_timer.hpp) retries the
+// parked hand-offs with a growing pause (1 ms, doubling to 64 ms) until each
+// goes through. The thread is started, once per process, by the initiating
+// functions that may need it (a host's constructor, the .npy operations),
+// where throwing is still allowed, so that starting it never has to happen
+// while memory is short; arming it allocates nothing.
 //
 // Two ways to park. An operation that embeds a retry_node parks that (its
 // retry function in the node). An operation that cannot spare the node's two
