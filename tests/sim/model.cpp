@@ -133,6 +133,23 @@ void world::after_step() {
     if (host_timer->fired && earliest != 0)
         check(earliest > ctx.now(), "P4: the deadline timer woke at " + std::to_string(ctx.now()) +
                                         " and left a waiter whose deadline was " + std::to_string(earliest));
+    // S20: the host's deadline timer woke in this step: every running body
+    // whose deadline has passed, and that stops at it, is asked to stop now
+    // (the first cause, unless a cancellation came first). Every running
+    // body's token shows exactly the causes the model has; a running body
+    // that stops at its deadline has a wake-up asked by then.
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+        entry_rec& e = entries[k];
+        if (!e.has_token || !e.started || e.ended) continue;
+        const bool stops_at_deadline = e.deadline != 0 && e.stop_at_deadline;
+        if (stops_at_deadline && host_timer->fired && ctx.now() >= e.deadline)
+            stop_cause(static_cast<int>(k), entry_rec::cause::deadline);
+        check_token(static_cast<int>(k), "after the step");
+        if (stops_at_deadline && e.stop_cause == entry_rec::cause::none)
+            check(!host_timer->pending.empty() && *host_timer->pending.begin() <= e.deadline,
+                  "S20: the running body of " + name(static_cast<int>(k)) + " stops at its deadline " +
+                      std::to_string(e.deadline) + " and the host asked no wake-up by then");
+    }
     host_timer->fired = false;
     check(model_queue.size() == c.waiting, "S4: the queue holds " + std::to_string(c.waiting) +
                                                " waiters, the FIFO model " + std::to_string(model_queue.size()));
@@ -201,6 +218,15 @@ void world::body_start(int i, std::size_t granted_permits, const sim_session* se
     check(!e.started, "S1: the body of " + name(i) + " started twice");
     check(!e.cancel_before_start, "S20: the body of " + name(i) + " started after a cancellation that came before");
     e.started = true;
+    if (session != nullptr) {
+        e.has_token = true;
+        e.token = session->stop_token();
+        // S20: a session that can be asked has a stop state; a cancellation
+        // before the start never lets it start (checked above).
+        if (e.kind == rec_kind::plain || e.kind == rec_kind::batch_session)
+            check(e.token.stop_possible(), "S20: the session of " + name(i) + " (a connected slot) cannot be stopped");
+        check(!e.token.stop_requested(), "S20: the body of " + name(i) + " started already asked to stop");
+    }
     check(!poison_flag, "S18: the body of " + name(i) + " started after an observer hook threw");
     if (e.kind != rec_kind::inner) {
         if (e.model == model_state::waiting) sync_grants();

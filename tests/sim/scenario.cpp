@@ -36,6 +36,10 @@ const char* body_name(body_kind b) {
         return "throws";
     case body_kind::reenter:
         return "reenter";
+    case body_kind::steps:
+        return "steps";
+    case body_kind::steps_sync:
+        return "steps_sync";
     }
     return "?";
 }
@@ -73,7 +77,10 @@ std::string describe(const scenario& sc) {
              (e.group != 0 ? " group=" + std::to_string(e.group) : "") +
              (e.deadline != 0 ? " deadline=+" + std::to_string(e.deadline) : "") +
              (e.bytes != 0 ? " bytes=" + std::to_string(e.bytes) : "") +
-             (e.sleep != 0 ? " sleep=" + std::to_string(e.sleep) : "") + "\n";
+             (e.sleep != 0 ? " sleep=" + std::to_string(e.sleep) : "") +
+             (e.work != 0 ? " work=" + std::to_string(e.work) : "") + (e.catches ? " catches" : "") +
+             (e.rogue ? " rogue" : "") + (e.emit_at >= 0 ? " emit@" + std::to_string(e.emit_at) : "") +
+             (!e.stop_at_deadline ? " no-stop-at-deadline" : "") + "\n";
     }
     if (sc.batch.on) {
         s += "  batcher max_batch=" + std::to_string(sc.batch.max_batch) + " " + placement_name(sc.batch.where) +
@@ -126,6 +133,51 @@ void add_policies(scenario& sc, prng& r) {
         op o{op_kind::set_permits, 1 + static_cast<int>(r.below(3)), r.chance(1, 2) ? 0 : 1 + r.below(6)};
         if (sc.memory_budget > 0 && r.chance(1, 2)) o = {op_kind::set_budget, static_cast<int>(r.below(7)), o.at};
         sc.ops.insert(sc.ops.begin() + r.below(static_cast<std::uint32_t>(sc.ops.size() + 1)), o);
+    }
+}
+
+/// S20: turns some of a scenario's bodies into bodies that look at their
+/// session's stop between steps, and asks them to stop at random moments:
+/// cancellations of every type (terminal, partial, total) at random virtual
+/// times (before the grant, between the grant and the start, while the body
+/// runs), emitted from inside a synchronous compute body (the caller's thread
+/// racing the worker), and deadlines that pass while the bodies run, with
+/// and without stop_at_deadline. Some bodies catch the stop and return; some
+/// throw session_stopped unasked.
+void add_stops(scenario& sc, std::uint64_t seed) {
+    prng r(seed ^ 0x57095709570957ULL);
+    if (!r.chance(1, 2)) return;
+    for (int i = 0; i < static_cast<int>(sc.entries.size()); ++i) {
+        entry_spec& e = sc.entries[i];
+        if (e.scope || e.body == body_kind::reenter || !r.chance(2, 3)) continue;
+        const bool sync = e.where == placement::compute && r.chance(1, 3);
+        e.body = sync ? body_kind::steps_sync : body_kind::steps;
+        e.suspensions = 0;
+        e.sleep = 0;
+        e.work = 1 + static_cast<int>(r.below(6));
+        e.catches = r.chance(1, 6);
+        e.rogue = !e.catches && r.chance(1, 10);
+        if (r.chance(1, 3)) e.deadline = 1 + r.below(8);
+        e.stop_at_deadline = !r.chance(1, 5);
+        const bool had_cancel = e.cancel >= 0;
+        if (!had_cancel && r.chance(1, 2)) e.cancel = static_cast<int>(r.below(3));
+        if (e.cancel < 0) continue;
+        if (sync && r.chance(1, 2)) {
+            // Emitted by the body itself (once: the operation is dropped).
+            e.emit_at = static_cast<int>(r.below(static_cast<std::uint32_t>(e.work)));
+            if (had_cancel)
+                std::erase_if(sc.ops, [i](const op& o) { return o.kind == op_kind::cancel && o.index == i; });
+            continue;
+        }
+        if (!had_cancel) {
+            std::size_t pos = 0;
+            while (!(sc.ops[pos].kind == op_kind::enter && sc.ops[pos].index == i)) ++pos;
+            pos += 1 + r.below(static_cast<std::uint32_t>(sc.ops.size() - pos));
+            sc.ops.insert(sc.ops.begin() + static_cast<std::ptrdiff_t>(pos), op{op_kind::cancel, i, 0});
+        }
+        // A random moment: at once, or in one of the body's steps.
+        for (op& o : sc.ops)
+            if (o.kind == op_kind::cancel && o.index == i) o.at = r.chance(1, 4) ? 0 : 1 + r.below(8);
     }
 }
 
@@ -206,6 +258,9 @@ scenario generate(std::uint64_t seed) {
     // Admission policies, in a third of the scenarios (drawn last, so that the
     // scenarios of the seeds without them stay those of the FIFO queue).
     if (r.chance(1, 3)) add_policies(sc, r);
+    // Stopping (S20), in half of the scenarios, from a stream of its own (so
+    // that the draws above stay those of the seeds before it).
+    add_stops(sc, seed);
     return sc;
 }
 
@@ -324,7 +379,45 @@ std::vector<scenario> exhaustive_configs() {
         v.back().memory_budget = 3;
         v.back().reject_late = true;
     }
-    // 9. Systematically: 3 entries (e0, e2 on one caller context, e1 on
+    // 9. Stopping (S20), every schedule. (a) A terminal cancellation at 1 us
+    // of a caller-placed body of 2 steps, before its grant, between grant
+    // and start, or while it runs, with a compute entry queued behind it.
+    // (b) A partial cancellation and the deadline at the same virtual
+    // instant: either may be the first cause. (c) total does not stop a
+    // running body, which then throws session_stopped of its own. (d) A
+    // synchronous compute body emits its own terminal cancellation between
+    // its steps, and catches the stop. (e) B7: both items of an asynchronous
+    // batch cancelled while it runs.
+    {
+        const auto steps = [&](P where, int ctx, int cancel, int work) {
+            entry_spec e = E(1, where, ctx, cancel, body_kind::steps);
+            e.work = work;
+            return e;
+        };
+        add("stop: terminal at 1us", 1, 2, {steps(P::caller, 0, 0, 2), E(1, P::compute, 1)},
+            {enter(0), op{op_kind::cancel, 0, 1}, enter(1)});
+        std::vector<entry_spec> es{steps(P::compute, 0, 1, 3)};
+        es[0].deadline = 2;
+        add("stop: deadline and partial at once", 1, 1, std::move(es), {enter(0), op{op_kind::cancel, 0, 2}});
+        es = {steps(P::compute, 0, 2, 2)};
+        es[0].rogue = true;
+        add("stop: total does not stop", 1, 1, std::move(es), {enter(0), op{op_kind::cancel, 0, 1}});
+        es = {E(1, P::compute, 0, 0, body_kind::steps_sync), E(1, P::caller, 1)};
+        es[0].work = 2;
+        es[0].emit_at = 1;
+        es[0].catches = true;
+        add("stop: emitted while a sync body runs, caught", 1, 2, std::move(es), {enter(0), enter(1)});
+        add("stop: B7, a running batch's items all cancelled", 1, 2, {},
+            {op{op_kind::submit, 0, 0}, op{op_kind::submit, 1, 0}, op{op_kind::cancel_item, 0, 0},
+             op{op_kind::cancel_item, 1, 0}});
+        batch_spec& b = v.back().batch;
+        b.on = true;
+        b.max_batch = 2;
+        b.where = P::compute;
+        b.async = true;
+        b.items = {item_spec{0, true}, item_spec{1, true}};
+    }
+    // 10. Systematically: 3 entries (e0, e2 on one caller context, e1 on
     // another), 1 or 2 permits (e1 weighted 1 or 2), every placement, no
     // cancellation or one of any entry; no observer (-1: bodies ready at
     // their grant), a counting one (0), or one that throws at hook call 1-4.

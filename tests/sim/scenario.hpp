@@ -14,7 +14,14 @@
 
 namespace tenferro::sim {
 
-enum class body_kind : unsigned char { sync, async, throws, reenter };
+// `steps` and `steps_sync` (S20): bodies of `work` steps that look at their
+// session's stop before each step (throw_if_stop_requested); `steps` is
+// asynchronous and holds one virtual microsecond per step (so that
+// cancellations and deadlines land while it runs), `steps_sync` is
+// synchronous and compute-placed, and may emit its own entry's cancellation
+// before step `emit_at`, standing for the caller's thread emitting while the
+// body runs on a compute worker.
+enum class body_kind : unsigned char { sync, async, throws, reenter, steps, steps_sync };
 
 struct entry_spec {
     std::size_t permits = 1;
@@ -31,6 +38,12 @@ struct entry_spec {
     std::uint64_t deadline = 0;   // virtual microseconds after its initiation; 0: none
     std::size_t bytes = 0;        // session_options::bytes
     std::uint64_t sleep = 0;      // async bodies: virtual microseconds held before they end
+    // Stopping (S20), for `steps` and `steps_sync` bodies:
+    int work = 0;                 // steps, each after a look at the stop
+    bool catches = false;         // catches session_stopped and returns its value
+    bool rogue = false;           // throws session_stopped at its end, unasked (S2: its own exception)
+    int emit_at = -1;             // steps_sync: emits `cancel` on its own entry before this step
+    bool stop_at_deadline = true; // session_options::stop_at_deadline
 };
 
 struct item_spec {

@@ -5,8 +5,13 @@
 
 namespace tenferro::sim {
 
+namespace {
+const asio::cancellation_type cancel_types[] = {asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                                                asio::cancellation_type::total};
+}  // namespace
+
 sim_session::sim_session(world* w, const session_grant& g)
-    : w_(w), permits_(g.permits), bytes_(g.bytes), group_(g.group), executor_(g.executor) {
+    : w_(w), permits_(g.permits), bytes_(g.bytes), group_(g.group), executor_(g.executor), stop_(g.stop) {
     ++w_->sessions_open;
 }
 sim_session::~sim_session() {
@@ -92,10 +97,98 @@ session_options options_of(const entry_spec& spec, std::uint64_t now) {
     o.bytes = spec.bytes;
     if (spec.deadline != 0)
         o.deadline = std::chrono::steady_clock::time_point(std::chrono::microseconds(now + spec.deadline));
+    o.stop_at_deadline = spec.stop_at_deadline;
     return o;
 }
 
+const char* cause_name(entry_rec::cause c) {
+    return c == entry_rec::cause::none ? "none" : c == entry_rec::cause::cancel ? "a cancellation" : "its deadline";
+}
+
 }  // namespace
+
+void world::check_token(int i, const std::string& when) {
+    const entry_rec& e = entries[i];
+    if (!e.has_token || !e.started || e.ended) return;
+    const bool asked = e.token.stop_requested();
+    const bool expected = e.stop_cause != entry_rec::cause::none;
+    if (asked != expected)
+        fail(std::string("S20: ") + (asked ? "the running body of " + name(i) + " was asked to stop with no cause " +
+                                                 "(terminal or partial cancellation, B7, its deadline) " + when
+                                           : "the running body of " + name(i) + " was not asked to stop " + when +
+                                                 ", though " + cause_name(e.stop_cause) + " asked first"));
+}
+
+void world::stop_cause(int i, entry_rec::cause c) {
+    entry_rec& e = entries[i];
+    if (!e.started || e.ended || e.stop_cause != entry_rec::cause::none) return;
+    trace(name(i) + ": stop asked by " + cause_name(c));
+    e.stop_cause = c;
+    e.stop_asked_step = ctx.steps();
+    e.steps_at_request = e.steps_done;
+}
+
+void world::stop_point(int i, const sim_session& s) {
+    entry_rec& e = entries[i];
+    check(e.has_token, "S20: " + name(i) + " looks at a stop it has no token for");
+    check_token(i, "at its next look");
+    if (!s.stop_token().stop_requested()) return;
+    // The bound: the body throws at its first look after the request, so
+    // at most the one step that was in progress ran after it.
+    check(e.steps_done - e.steps_at_request <= 1, "S20: the body of " + name(i) + " ran " +
+                                                      std::to_string(e.steps_done - e.steps_at_request) +
+                                                      " steps after it was asked to stop");
+    trace("body of " + name(i) + " sees its stop");
+    throw session_stopped();
+}
+
+void world::cancel_entry(int i, asio::cancellation_type t) {
+    entry_rec& e = entries[i];
+    trace("cancel " + name(i) +
+          (t == asio::cancellation_type::terminal  ? " (terminal)"
+           : t == asio::cancellation_type::partial ? " (partial)"
+                                                   : " (total)"));
+    cancel_target = i;
+    cancel_expect_removed = e.model == model_state::waiting;
+    if (cancel_expect_removed) {
+        // S13: it leaves the queue before the permits are re-offered.
+        sync_grants();
+        sync_expiries();
+        if (e.model == model_state::waiting) {
+            e.model = model_state::removed;
+            e.cancel_hit_waiting = true;
+            std::erase(model_queue, cancel_target);
+        } else {
+            cancel_expect_removed = false;
+        }
+    }
+    // S20: granted, its body not started (its runner not run): any
+    // cancellation means the body never starts.
+    if (e.model == model_state::granted && !e.started && !e.open_failed) {
+        e.cancel_before_start = true;
+        ++coverage().cancelled_before_start;
+    }
+    if (e.model == model_state::granted && !e.started && e.open_failed) e.cancel_after_failed_open = true;
+    // While it runs: terminal or partial asks it to stop, total does not.
+    const bool running = e.started && !e.ended;
+    if (running &&
+        (t & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) != asio::cancellation_type::none)
+        stop_cause(i, entry_rec::cause::cancel);
+    else if (running && e.has_token)
+        ++coverage().total_running;
+    e.signal.emit(t);
+    if (running) check_token(i, "right after the emit");
+}
+
+template <class Body>
+void world::enter_with(int i, const session_options& options, Body&& body) {
+    auto handler = asio::bind_cancellation_slot(
+        entries[i].signal.slot(),
+        asio::bind_executor(ctx.executor(entries[i].ctx), [this, i](std::exception_ptr ex, session_result<int> r) {
+            completed<int>(i, ex, r, 1000 + i);
+        }));
+    host->with_backend_session(options, std::forward<Body>(body), std::move(handler));
+}
 
 void world::enter(int s) {
     const entry_spec& spec = sc.entries[s];
@@ -112,6 +205,7 @@ void world::enter(int s) {
     predict_initiation(i);
     const group_stats before = host->group_stats(spec.group < groups() ? spec.group : 0);
     const session_options options = options_of(spec, ctx.now());
+    e.stop_at_deadline = spec.stop_at_deadline;
     auto handler = asio::bind_cancellation_slot(
         e.signal.slot(),
         asio::bind_executor(ctx.executor(caller), [this, i](std::exception_ptr ex, session_result<int> r) {
@@ -150,9 +244,71 @@ void world::enter(int s) {
             },
             std::move(handler));
         break;
+    case body_kind::steps:
+        // S20: an asynchronous body of `work` steps of one virtual
+        // microsecond, looking at its stop before each and at its end.
+        enter_with(i, options, [this, i, spec](sim_session& session) -> asio::awaitable<int> {
+            body_start(i, session.permits(), &session);
+            bool stopped = false;
+            try {
+                for (int k = 0; k < spec.work; ++k) {
+                    stop_point(i, session);
+                    co_await sleep_for(1);
+                    ++entries[i].steps_done;
+                }
+                stop_point(i, session);
+            } catch (const session_stopped&) {
+                stopped = true;
+            }
+            co_return end_of_steps(i, spec, stopped);
+        });
+        break;
+    case body_kind::steps_sync:
+        // The same, synchronous on a compute worker; it may emit its own
+        // entry's cancellation between steps (the caller's thread racing it).
+        enter_with(i, options, [this, i, spec](sim_session& session) -> int {
+            body_start(i, session.permits(), &session);
+            running_sync.push_back(i);
+            bool stopped = false;
+            try {
+                for (int k = 0; k < spec.work; ++k) {
+                    if (k == spec.emit_at) {
+                        ++coverage().self_emits;
+                        cancel_entry(i, cancel_types[spec.cancel]);
+                    }
+                    stop_point(i, session);
+                    ++entries[i].steps_done;
+                }
+                stop_point(i, session);
+            } catch (const session_stopped&) {
+                stopped = true;
+            }
+            running_sync.pop_back();
+            return end_of_steps(i, spec, stopped);
+        });
+        break;
     }
     entries[i].initiating = false;
     initiated(i, before);
+}
+
+int world::end_of_steps(int i, const entry_spec& spec, bool stopped) {
+    entry_rec& e = entries[i];
+    body_end(i);
+    if (stopped && !spec.catches) {
+        e.ended_by_stop = true;
+        ++(e.stop_cause == entry_rec::cause::deadline ? coverage().stopped_by_deadline : coverage().stopped_by_cancel);
+        throw session_stopped();
+    }
+    if (stopped) {
+        e.caught = true;  // S2: its value is delivered
+        ++coverage().caught;
+    } else if (spec.rogue) {
+        e.rogue_thrown = true;  // S2: its own exception
+        ++coverage().rogue;
+        throw session_stopped();
+    }
+    return 1000 + i;
 }
 
 void world::enter_scope(int s) {
@@ -290,28 +446,7 @@ void world::run_op(const op& o) {
             entry_rec& e = entries[i];
             if ((e.kind == rec_kind::plain || e.kind == rec_kind::scope) && e.spec == o.index) {
                 if (e.completions > 0) return;  // (a cancellation after the upcall touches nothing)
-                static const asio::cancellation_type types[] = {asio::cancellation_type::terminal,
-                                                                asio::cancellation_type::partial,
-                                                                asio::cancellation_type::total};
-                trace("cancel " + name(static_cast<int>(i)));
-                cancel_target = static_cast<int>(i);
-                cancel_expect_removed = e.model == model_state::waiting;
-                if (cancel_expect_removed) {
-                    // S13: it leaves the queue before the permits are re-offered.
-                    sync_grants();
-                    sync_expiries();
-                    if (e.model == model_state::waiting) {
-                        e.model = model_state::removed;
-                        e.cancel_hit_waiting = true;
-                        std::erase(model_queue, cancel_target);
-                    } else {
-                        cancel_expect_removed = false;
-                    }
-                }
-                // S20: granted, its body not started (its runner not run):
-                // any cancellation means the body never starts.
-                if (e.model == model_state::granted && !e.started && !e.open_failed) e.cancel_before_start = true;
-                e.signal.emit(types[sc.entries[o.index].cancel]);
+                cancel_entry(static_cast<int>(i), cancel_types[sc.entries[o.index].cancel]);
                 return;
             }
         }
@@ -329,7 +464,20 @@ void world::run_op(const op& o) {
         if (it.completions > 0 || !it.submitted) return;
         trace("cancel item" + std::to_string(o.index));
         it.cancelled = true;
+        for (entry_rec& e : entries)
+            if (e.kind == rec_kind::batch_session && !e.started && e.completions == 0) e.b7_before_start = true;
+        // B7: the last item still waited for of a running batch asks its
+        // session to stop.
+        int session = -1;
+        if (it.in_batch && it.batch >= 0 && it.batch < static_cast<int>(batch_entry.size())) {
+            session = batch_entry[it.batch];
+            bool all = true;
+            for (const item_rec& x : items)
+                if (x.batch == it.batch && !x.cancelled) all = false;
+            if (all) stop_cause(session, entry_rec::cause::cancel);
+        }
         it.signal.emit(asio::cancellation_type::terminal);
+        if (session >= 0) check_token(session, "right after its batch's last item was cancelled");
         return;
     }
     case op_kind::set_permits:
@@ -358,6 +506,7 @@ void world::start() {
     last = counters();
     applied_admitted = last.admitted;
     applied_group_admitted.assign(groups(), 0);
+    group_stop_completions.assign(groups(), 0);
     init_grants_in.assign(groups(), 0);
     items.resize(sc.batch.items.size());
     for (const item_spec& it : sc.batch.items) any_item_cancel = any_item_cancel || it.cancel;
@@ -373,6 +522,7 @@ void world::start() {
         }
         auto check_batch = [this](std::span<int> in) {
             const int b = static_cast<int>(batches_run++);
+            batch_entry.push_back(current_batch_entry);
             check(!in.empty(), "B2: a batch body received no items");
             check(in.size() <= sc.batch.max_batch, "B2: a batch exceeds max_batch");
             // B6: a partial batch is entered only once its first item has
@@ -403,11 +553,15 @@ void world::start() {
         };
         if (sc.batch.async) {
             batch = std::make_unique<batcher_type>(
-                *rec_host, bo, [check_batch](sim_session&, std::span<int> in) -> asio::awaitable<std::vector<int>> {
+                *rec_host, bo,
+                [this, check_batch](sim_session& s, std::span<int> in) -> asio::awaitable<std::vector<int>> {
                     // (Checked before the suspension: the batch was taken
                     // just now, and B2's order is the order of the takes.)
                     std::vector<int> out = check_batch(in);
+                    const int session = batch_entry.back();
                     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                    // B7: its items cancelled meanwhile, all of them.
+                    stop_point(session, s);
                     co_return out;
                 });
         } else {
@@ -453,6 +607,13 @@ bool world::quiescence_checks() {
     check(c.expired == deadline_completions, "P8: the host counts " + std::to_string(c.expired) + " expired entries, " +
                                                  std::to_string(deadline_completions) +
                                                  " completed with deadline_exceeded");
+    // S20: `stopped` counts the bodies that ended by their stop, host and groups.
+    check(c.stopped == stop_completions, "S20: the host counts " + std::to_string(c.stopped) + " stopped, " +
+                                             std::to_string(stop_completions) + " bodies ended by their stop");
+    for (std::size_t g = 0; g < groups(); ++g)
+        check(host->group_stats(g).stopped == group_stop_completions[g],
+              "S20: group " + std::to_string(g) + " counts " + std::to_string(host->group_stats(g).stopped) +
+                  " stopped, the model " + std::to_string(group_stop_completions[g]));
     for (std::size_t k = 0; k < items.size(); ++k)
         if (items[k].submitted) check(items[k].completions == 1, "B3: item" + std::to_string(k) + " never completed");
     if (batch) {

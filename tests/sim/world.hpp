@@ -24,6 +24,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -40,17 +41,22 @@ public:
           permits_(other.permits_),
           bytes_(other.bytes_),
           group_(other.group_),
-          executor_(std::move(other.executor_)) {}
+          executor_(std::move(other.executor_)),
+          stop_(std::move(other.stop_)) {}
     sim_session& operator=(sim_session&&) = delete;
     ~sim_session();
     std::size_t permits() const noexcept { return permits_; }
     std::size_t bytes() const noexcept { return bytes_; }
     std::size_t group() const noexcept { return group_; }
+    /// S20: the grant's token (session_grant::stop), as the CPU backend's
+    /// session keeps it.
+    const std::stop_token& stop_token() const noexcept { return stop_; }
 
 private:
     world* w_;
     std::size_t permits_, bytes_, group_;
     asio::any_io_executor executor_;
+    std::stop_token stop_;
 };
 
 struct sim_backend {
@@ -117,6 +123,14 @@ struct entry_rec {
     // A cancellation fired after its grant and before its body started (S20):
     // the body must never start, and the entry completes without a value.
     bool cancel_before_start = false;
+    // A batch session, not started, when one of the batcher's items was
+    // cancelled: the items it took at its grant (caller placement, B5) may
+    // all be gone, and B7 then keeps its body from starting (cancelled).
+    bool b7_before_start = false;
+    // Cancelled after its grant while the model took a failed open_session
+    // for its runner's (open_failed() guesses by executor, and a caller-placed
+    // batch session's executor is not known to it): cancelled is allowed.
+    bool cancel_after_failed_open = false;
     bool poisoned_before_init = false, shut_before_init = false;
     bool fits_host = true;  // permits and group valid at initiation (S11/S12's codes then apply)
     // Admission policies.
@@ -124,6 +138,19 @@ struct entry_rec {
     std::uint64_t deadline = 0;  // virtual microseconds, absolute; 0: none
     bool late = false;           // rejected at its initiation with deadline_exceeded (P4, P5)
     bool shrunk_out = false;     // a waiter a resize left too large (P7)
+    // Stopping (S20). The session's token, from its body's start; the first
+    // cause of a stop the model expects of the running body (a cancellation
+    // of type terminal or partial, B7's last item, or the host's deadline
+    // timer waking at or after its deadline); how the body ended.
+    bool stop_at_deadline = true;
+    bool has_token = false;
+    std::stop_token token;
+    enum class cause : unsigned char { none, cancel, deadline } stop_cause = cause::none;
+    std::uint64_t stop_asked_step = 0;  // the scheduler's step of the first cause
+    int steps_done = 0, steps_at_request = 0;  // the body's work steps, in all and at the request
+    bool ended_by_stop = false;  // the body threw session_stopped after it was asked
+    bool caught = false;         // it caught the stop and returned
+    bool rogue_thrown = false;   // it threw session_stopped unasked
     asio::cancellation_signal signal;
 };
 
@@ -151,6 +178,11 @@ struct policy_coverage {
     std::uint64_t held_by_bytes = 0;    // steps where a head fit the permits but not the bytes
     std::uint64_t other_group_grants = 0;  // grants from a waiting queue of group > 0
     std::uint64_t resizes = 0;
+    // S20
+    std::uint64_t stopped_by_cancel = 0, stopped_by_deadline = 0, stopped_b7 = 0;
+    std::uint64_t caught = 0, rogue = 0, total_running = 0, self_emits = 0;
+    std::uint64_t cancelled_before_start = 0;
+    std::uint64_t max_steps_to_completion = 0;  // scheduler steps from a stop's request to its completion
 };
 policy_coverage& coverage();
 
@@ -193,6 +225,12 @@ struct world {
     std::vector<int> init_grants_in;  // per group, this step
     std::shared_ptr<sim_timer> host_timer;
     std::uint64_t deadline_completions = 0;
+    // S20: entries completed as stopped (in all and per group), and the batch
+    // session each batch ran in (B7).
+    std::uint64_t stop_completions = 0;
+    std::vector<std::uint64_t> group_stop_completions;
+    std::vector<int> batch_entry;
+    int current_batch_entry = -1;
 
     world(const scenario& s, chooser& c, bool v)
         : sc(s), choose(c), verbose(v), ctx(c, [this](const std::string& m) { fail(m); }) {}
@@ -272,6 +310,19 @@ struct world {
         trace("body of " + name(i) + " ends");
     }
 
+    // -- stopping (S20) -------------------------------------------------------
+
+    /// A body looks at its session's stop (as throw_if_stop_requested does):
+    /// asked exactly when the model has a cause for it. Throws
+    /// session_stopped when asked.
+    void stop_point(int i, const sim_session& s);
+    /// Records a cause of a stop of running entry i (the first one counts),
+    /// and checks that the token shows exactly the causes the model has.
+    void stop_cause(int i, entry_rec::cause c);
+    void check_token(int i, const std::string& when);
+    /// Emits a cancellation of type t on entry i's slot, the model first.
+    void cancel_entry(int i, asio::cancellation_type t);
+
     // -- completions ------------------------------------------------------------
 
     template <class R>
@@ -293,6 +344,26 @@ struct world {
                   (e.ctx < 0 ? std::string("?") : ctx.name(e.ctx)));
         check(running_sync.empty(), "S6: " + name(i) + " completed inline inside the body of " +
                                         (running_sync.empty() ? std::string() : name(running_sync.back())));
+        if (e.ended_by_stop) {
+            // S20: a body that ended by the stop asked of it completes with
+            // the first cause's code, counted stopped.
+            const session_entry_errc want = e.stop_cause == entry_rec::cause::deadline
+                                                ? session_entry_errc::deadline_exceeded
+                                                : session_entry_errc::cancelled;
+            check(!ex && !r,
+                  "S20: the body of " + name(i) + " ended by its stop, but the entry completed with " + outcome);
+            if (!ex && !r)
+                check(r.error().code() == want,
+                      "S20: " + name(i) + " was stopped first by its " +
+                          (e.stop_cause == entry_rec::cause::deadline ? "deadline" : "cancellation") +
+                          " but completed with " + outcome);
+            ++stop_completions;
+            if (e.group < group_stop_completions.size()) ++group_stop_completions[e.group];
+            coverage().max_steps_to_completion =
+                std::max(coverage().max_steps_to_completion, ctx.steps() - e.stop_asked_step);
+            if (e.private_ctx) to_destroy.push_back(e.ctx);
+            return;
+        }
         if (ex) {
             check(e.started && e.ended, "S2: " + name(i) + " completed with an exception but its body did not run");
             try {
@@ -301,6 +372,11 @@ struct world {
                 check(b.id == i, "S2: " + name(i) + " got another body's exception");
             } catch (const std::length_error&) {
                 check(e.kind == rec_kind::batch_session, "S2: unexpected length_error");
+            } catch (const session_stopped&) {
+                // S20/S2: a session_stopped nobody asked for is the body's own.
+                check(e.rogue_thrown, "S20: " + name(i) + " completed with a session_stopped its body did not throw");
+                check(e.stop_cause == entry_rec::cause::none,
+                      "S20: " + name(i) + " was asked to stop and ended by it, but completed with the exception");
             } catch (...) {
                 fail("S2: " + name(i) + " completed with a foreign exception");
             }
@@ -333,7 +409,7 @@ struct world {
             if (e.kind == rec_kind::nested)
                 check(code == session_entry_errc::reentered, "S7: a nested entry did not complete with reentered");
             if (code == session_entry_errc::cancelled)
-                check(e.cancel_hit_waiting || e.cancel_before_start,
+                check(e.cancel_hit_waiting || e.cancel_before_start || e.b7_before_start || e.cancel_after_failed_open,
                       "S13/S20: " + name(i) + " completed cancelled without being cancelled before its body started");
             if ((e.poisoned_before_init || e.shut_before_init) && e.kind != rec_kind::nested && e.fits_host)
                 check(code == session_entry_errc::resource_poisoned || code == session_entry_errc::executor,
@@ -370,6 +446,11 @@ struct world {
     }
 
     void enter(int s);
+    template <class Body>
+    void enter_with(int i, const session_options& options, Body&& body);
+    /// How a `steps` body ends: by its stop, by the stop caught, by a
+    /// session_stopped of its own, or with its value.
+    int end_of_steps(int i, const entry_spec& spec, bool stopped);
     void enter_scope(int s);
     void nested_entry(int parent);
     asio::awaitable<void> nested_awaited(int parent);
@@ -396,6 +477,30 @@ struct sim_observer final : admission_observer {
     void on_released(std::size_t) override { hook(); }
 };
 
+/// The batch session's completion as the recording host relays it: on the
+/// batcher's executor, recorded, then the batcher's own. It forwards
+/// bind_entry, by which the session's entry tells its batch where it is (B7:
+/// the batcher stops the session through it).
+template <class H>
+struct recorded_completion {
+    world* w;
+    int i;
+    H h;
+    using executor_type = asio::associated_executor_t<H>;
+    executor_type get_executor() const noexcept { return asio::get_associated_executor(h); }
+    template <class E>
+    void bind_entry(E* e) const noexcept
+        requires requires(const H& x) { x.bind_entry(e); }
+    {
+        h.bind_entry(e);
+    }
+    void operator()(std::exception_ptr e, session_result<detail::batch_done> r) {
+        --w->batch_sessions_in_flight;
+        w->completed<detail::batch_done>(i, e, r, std::nullopt);
+        std::move(h)(std::move(e), std::move(r));
+    }
+};
+
 /// The batcher's host: forwards to the simulated host and records each batch
 /// session as an entry of the model (the batcher's logic is unchanged).
 struct recording_host {
@@ -415,13 +520,7 @@ struct recording_host {
         w->check(w->batch_sessions_in_flight <= cap,
                  "B5: the batcher holds more sessions than the host has permits for");
         w->predict_initiation(i);
-        auto ex = asio::get_associated_executor(token);
-        auto done = asio::bind_executor(ex, [w = w, i, h = std::forward<Token>(token)](
-                                                std::exception_ptr e, session_result<detail::batch_done> r) mutable {
-            --w->batch_sessions_in_flight;
-            w->completed<detail::batch_done>(i, e, r, std::nullopt);
-            std::move(h)(std::move(e), std::move(r));
-        });
+        recorded_completion<std::decay_t<Token>> done{w, i, std::forward<Token>(token)};
         using R = std::invoke_result_t<F&, sim_session&>;
         world* wp = w;
         w->entries[i].initiating = true;
@@ -430,8 +529,20 @@ struct recording_host {
                 o,
                 [wp, i, f = std::forward<F>(f)](sim_session& s) mutable -> asio::awaitable<detail::batch_done> {
                     wp->body_start(i, s.permits(), &s);
-                    detail::batch_done d = co_await f(s);
+                    wp->current_batch_entry = i;
+                    bool stopped = false;
+                    detail::batch_done d{};
+                    try {
+                        d = co_await f(s);
+                    } catch (const session_stopped&) {
+                        stopped = true;  // (B7: its batch body looked, below)
+                    }
                     wp->body_end(i);
+                    if (stopped) {
+                        wp->entries[i].ended_by_stop = true;
+                        ++coverage().stopped_b7;
+                        throw session_stopped();
+                    }
                     co_return d;
                 },
                 std::move(done));
@@ -440,6 +551,7 @@ struct recording_host {
                 o,
                 [wp, i, f = std::forward<F>(f)](sim_session& s) mutable {
                     wp->body_start(i, s.permits(), &s);
+                    wp->current_batch_entry = i;
                     wp->running_sync.push_back(i);
                     detail::batch_done d = f(s);
                     wp->running_sync.pop_back();
