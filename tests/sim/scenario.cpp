@@ -79,7 +79,8 @@ std::string describe(const scenario& sc) {
              (e.bytes != 0 ? " bytes=" + std::to_string(e.bytes) : "") +
              (e.sleep != 0 ? " sleep=" + std::to_string(e.sleep) : "") +
              (e.work != 0 ? " work=" + std::to_string(e.work) : "") + (e.catches ? " catches" : "") +
-             (e.rogue ? " rogue" : "") + (e.emit_at >= 0 ? " emit@" + std::to_string(e.emit_at) : "") +
+             (e.rogue ? " rogue" : "") + (e.rethrows ? " rethrows" : "") +
+             (e.emit_at >= 0 ? " emit@" + std::to_string(e.emit_at) : "") +
              (!e.stop_at_deadline ? " no-stop-at-deadline" : "") + "\n";
     }
     if (sc.batch.on) {
@@ -157,6 +158,7 @@ void add_stops(scenario& sc, std::uint64_t seed) {
         e.work = 1 + static_cast<int>(r.below(6));
         e.catches = r.chance(1, 6);
         e.rogue = !e.catches && r.chance(1, 10);
+        e.rethrows = !e.catches && !e.rogue && r.chance(1, 10);
         if (r.chance(1, 3)) e.deadline = 1 + r.below(8);
         e.stop_at_deadline = !r.chance(1, 5);
         const bool had_cancel = e.cancel >= 0;

@@ -41,6 +41,7 @@ struct entry_spec {
     // Stopping (S20), for `steps` and `steps_sync` bodies:
     int work = 0;                 // steps, each after a look at the stop
     bool catches = false;         // catches session_stopped and returns its value
+    bool rethrows = false;        // catches session_stopped and throws an exception of its own (S2)
     bool rogue = false;           // throws session_stopped at its end, unasked (S2: its own exception)
     int emit_at = -1;             // steps_sync: emits `cancel` on its own entry before this step
     bool stop_at_deadline = true; // session_options::stop_at_deadline

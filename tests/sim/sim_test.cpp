@@ -144,13 +144,15 @@ int run_seeds(std::uint64_t first, std::uint64_t count, bool verbose, const char
         static_cast<unsigned long long>(p.other_group_grants));
     std::printf(
         "sim: stops exercised (S20): %llu bodies stopped by a cancellation, %llu by their deadline, %llu batches by "
-        "B7; %llu stops caught, %llu unasked session_stopped, %llu total cancellations of running bodies, %llu "
+        "B7; %llu stops caught, %llu turned into the body's own exception, %llu unasked session_stopped, %llu total "
+        "cancellations of running bodies, %llu "
         "emitted from inside the body, %llu cancelled between grant and start; at most %llu scheduler steps from a "
         "stop's request to its entry's completion\n",
         static_cast<unsigned long long>(p.stopped_by_cancel), static_cast<unsigned long long>(p.stopped_by_deadline),
         static_cast<unsigned long long>(p.stopped_b7), static_cast<unsigned long long>(p.caught),
-        static_cast<unsigned long long>(p.rogue), static_cast<unsigned long long>(p.total_running),
-        static_cast<unsigned long long>(p.self_emits), static_cast<unsigned long long>(p.cancelled_before_start),
+        static_cast<unsigned long long>(p.rethrown), static_cast<unsigned long long>(p.rogue),
+        static_cast<unsigned long long>(p.total_running), static_cast<unsigned long long>(p.self_emits),
+        static_cast<unsigned long long>(p.cancelled_before_start),
         static_cast<unsigned long long>(p.max_steps_to_completion));
     return 0;
 }

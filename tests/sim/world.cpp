@@ -295,6 +295,10 @@ void world::enter(int s) {
 int world::end_of_steps(int i, const entry_spec& spec, bool stopped) {
     entry_rec& e = entries[i];
     body_end(i);
+    if (stopped && spec.rethrows) {
+        ++coverage().rethrown;  // S2: any other exception is the body's, stopped or not
+        throw body_error(i);
+    }
     if (stopped && !spec.catches) {
         e.ended_by_stop = true;
         ++(e.stop_cause == entry_rec::cause::deadline ? coverage().stopped_by_deadline : coverage().stopped_by_cancel);

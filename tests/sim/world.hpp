@@ -180,7 +180,7 @@ struct policy_coverage {
     std::uint64_t resizes = 0;
     // S20
     std::uint64_t stopped_by_cancel = 0, stopped_by_deadline = 0, stopped_b7 = 0;
-    std::uint64_t caught = 0, rogue = 0, total_running = 0, self_emits = 0;
+    std::uint64_t caught = 0, rogue = 0, rethrown = 0, total_running = 0, self_emits = 0;
     std::uint64_t cancelled_before_start = 0;
     std::uint64_t max_steps_to_completion = 0;  // scheduler steps from a stop's request to its completion
 };
