@@ -611,6 +611,12 @@ bool world::quiescence_checks() {
     check(c.expired == deadline_completions, "P8: the host counts " + std::to_string(c.expired) + " expired entries, " +
                                                  std::to_string(deadline_completions) +
                                                  " completed with deadline_exceeded");
+    // Every permit announced admitted is announced released (a counting
+    // observer; one that throws poisons the host, S18).
+    if (sc.observer == 1)
+        check(observed_admitted == observed_released, "S14/S20: the observer was told of " +
+                                                          std::to_string(observed_admitted) + " permits admitted and " +
+                                                          std::to_string(observed_released) + " released");
     // S20: `stopped` counts the bodies that ended by their stop, host and groups.
     check(c.stopped == stop_completions, "S20: the host counts " + std::to_string(c.stopped) + " stopped, " +
                                              std::to_string(stop_completions) + " bodies ended by their stop");

@@ -208,6 +208,9 @@ struct world {
     std::vector<int> to_destroy;    // private contexts, destroyed after the step
     std::uint64_t seq = 0, grant_seq = 0, item_seq = 0;
     int hook_calls = 0, opens = 0;
+    // The permits the observer was told of (S20: on_released is called for
+    // an entry cancelled between its grant and its start if on_admitted was).
+    std::uint64_t observed_admitted = 0, observed_released = 0;
     long sessions_open = 0;
     bool poison_flag = false, shut_flag = false;
     // per step
@@ -473,8 +476,14 @@ struct sim_observer final : admission_observer {
             throw std::runtime_error("observer");
         }
     }
-    void on_admitted(std::size_t) override { hook(); }
-    void on_released(std::size_t) override { hook(); }
+    void on_admitted(std::size_t n) override {
+        w->observed_admitted += n;
+        hook();
+    }
+    void on_released(std::size_t n) override {
+        w->observed_released += n;
+        hook();
+    }
 };
 
 /// The batch session's completion as the recording host relays it: on the
