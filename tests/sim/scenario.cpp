@@ -97,7 +97,8 @@ std::string describe(const scenario& sc) {
     for (const op& o : sc.ops) {
         static const char* names[] = {"enter",       "cancel",      "shutdown",  "submit",
                                       "cancel_item", "set_permits", "set_budget"};
-        s += std::string(" ") + names[static_cast<int>(o.kind)] + "(" + std::to_string(o.index) + ")";
+        s += std::string(" ") + names[static_cast<int>(o.kind)] + "(" + std::to_string(o.index) +
+             (o.type >= 0 ? ",type " + std::to_string(o.type) : "") + ")";
         if (o.at > 0) s += "@" + std::to_string(o.at);
     }
     return s;
@@ -180,6 +181,16 @@ void add_stops(scenario& sc, std::uint64_t seed) {
         // A random moment: at once, or in one of the body's steps.
         for (op& o : sc.ops)
             if (o.kind == op_kind::cancel && o.index == i) o.at = r.chance(1, 4) ? 0 : 1 + r.below(8);
+        // Sometimes a second cancellation of its own type, later or sooner
+        // (total then terminal: the first does not stop, the second does;
+        // terminal twice: the stop is asked once).
+        if (r.chance(1, 4)) {
+            std::size_t pos = 0;
+            while (!(sc.ops[pos].kind == op_kind::enter && sc.ops[pos].index == i)) ++pos;
+            pos += 1 + r.below(static_cast<std::uint32_t>(sc.ops.size() - pos));
+            sc.ops.insert(sc.ops.begin() + static_cast<std::ptrdiff_t>(pos),
+                          op{op_kind::cancel, i, 1 + r.below(8), static_cast<int>(r.below(3))});
+        }
     }
 }
 
@@ -386,7 +397,8 @@ std::vector<scenario> exhaustive_configs() {
     // and start, or while it runs, with a compute entry queued behind it.
     // (b) A partial cancellation and the deadline at the same virtual
     // instant: either may be the first cause. (c) total does not stop a
-    // running body, which then throws session_stopped of its own. (d) A
+    // running body, which then throws session_stopped of its own, and a
+    // terminal one after it does. (d) A
     // synchronous compute body emits its own terminal cancellation between
     // its steps, and catches the stop. (e) B7: both items of an asynchronous
     // batch cancelled while it runs.
@@ -404,6 +416,8 @@ std::vector<scenario> exhaustive_configs() {
         es = {steps(P::compute, 0, 2, 2)};
         es[0].rogue = true;
         add("stop: total does not stop", 1, 1, std::move(es), {enter(0), op{op_kind::cancel, 0, 1}});
+        add("stop: total, then terminal", 1, 1, {steps(P::compute, 0, 2, 3)},
+            {enter(0), op{op_kind::cancel, 0, 1}, op{op_kind::cancel, 0, 2, 0}});
         es = {E(1, P::compute, 0, 0, body_kind::steps_sync), E(1, P::caller, 1)};
         es[0].work = 2;
         es[0].emit_at = 1;

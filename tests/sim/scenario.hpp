@@ -70,6 +70,7 @@ struct op {
     op_kind kind;
     int index = 0;          // entry or item; the new size of set_permits and set_budget
     std::uint64_t at = 0;   // virtual time (0: ready at once)
+    int type = -1;          // cancel: its type (0 terminal, 1 partial, 2 total); -1: the entry's `cancel`
 };
 
 struct scenario {

@@ -450,7 +450,7 @@ void world::run_op(const op& o) {
             entry_rec& e = entries[i];
             if ((e.kind == rec_kind::plain || e.kind == rec_kind::scope) && e.spec == o.index) {
                 if (e.completions > 0) return;  // (a cancellation after the upcall touches nothing)
-                cancel_entry(static_cast<int>(i), cancel_types[sc.entries[o.index].cancel]);
+                cancel_entry(static_cast<int>(i), cancel_types[o.type >= 0 ? o.type : sc.entries[o.index].cancel]);
                 return;
             }
         }
