@@ -180,16 +180,6 @@ void world::cancel_entry(int i, asio::cancellation_type t) {
     if (running) check_token(i, "right after the emit");
 }
 
-template <class Body>
-void world::enter_with(int i, const session_options& options, Body&& body) {
-    auto handler = asio::bind_cancellation_slot(
-        entries[i].signal.slot(),
-        asio::bind_executor(ctx.executor(entries[i].ctx), [this, i](std::exception_ptr ex, session_result<int> r) {
-            completed<int>(i, ex, r, 1000 + i);
-        }));
-    host->with_backend_session(options, std::forward<Body>(body), std::move(handler));
-}
-
 void world::enter(int s) {
     const entry_spec& spec = sc.entries[s];
     bool is_private = false;
@@ -247,45 +237,51 @@ void world::enter(int s) {
     case body_kind::steps:
         // S20: an asynchronous body of `work` steps of one virtual
         // microsecond, looking at its stop before each and at its end.
-        enter_with(i, options, [this, i, spec](sim_session& session) -> asio::awaitable<int> {
-            body_start(i, session.permits(), &session);
-            bool stopped = false;
-            try {
-                for (int k = 0; k < spec.work; ++k) {
+        host->with_backend_session(
+            options,
+            [this, i, spec](sim_session& session) -> asio::awaitable<int> {
+                body_start(i, session.permits(), &session);
+                bool stopped = false;
+                try {
+                    for (int k = 0; k < spec.work; ++k) {
+                        stop_point(i, session);
+                        co_await sleep_for(1);
+                        ++entries[i].steps_done;
+                    }
                     stop_point(i, session);
-                    co_await sleep_for(1);
-                    ++entries[i].steps_done;
+                } catch (const session_stopped&) {
+                    stopped = true;
                 }
-                stop_point(i, session);
-            } catch (const session_stopped&) {
-                stopped = true;
-            }
-            co_return end_of_steps(i, spec, stopped);
-        });
+                co_return end_of_steps(i, spec, stopped);
+            },
+            std::move(handler));
         break;
     case body_kind::steps_sync:
         // The same, synchronous on a compute worker; it may emit its own
         // entry's cancellation between steps (the caller's thread racing it).
-        enter_with(i, options, [this, i, spec](sim_session& session) -> int {
-            body_start(i, session.permits(), &session);
-            running_sync.push_back(i);
-            bool stopped = false;
-            try {
-                for (int k = 0; k < spec.work; ++k) {
-                    if (k == spec.emit_at) {
-                        ++coverage().self_emits;
-                        cancel_entry(i, cancel_types[spec.cancel]);
+        host->with_backend_session(
+            options,
+            [this, i, spec](sim_session& session) -> int {
+                body_start(i, session.permits(), &session);
+                running_sync.push_back(i);
+                bool stopped = false;
+                try {
+                    for (int k = 0; k < spec.work; ++k) {
+                        if (k == spec.emit_at) {
+                            ++coverage().self_emits;
+                            cancel_entry(i, cancel_types[spec.cancel]);
+                        }
+                        stop_point(i, session);
+                        ++entries[i].steps_done;
                     }
                     stop_point(i, session);
-                    ++entries[i].steps_done;
+                } catch (const session_stopped&) {
+                    stopped = true;
                 }
-                stop_point(i, session);
-            } catch (const session_stopped&) {
-                stopped = true;
-            }
-            running_sync.pop_back();
-            return end_of_steps(i, spec, stopped);
-        });
+                running_sync.pop_back();
+                return end_of_steps(i, spec, stopped);
+            },
+            std::move(handler));
         break;
     }
     entries[i].initiating = false;

@@ -449,8 +449,6 @@ struct world {
     }
 
     void enter(int s);
-    template <class Body>
-    void enter_with(int i, const session_options& options, Body&& body);
     /// How a `steps` body ends: by its stop, by the stop caught, by a
     /// session_stopped of its own, or with its value.
     int end_of_steps(int i, const entry_spec& spec, bool stopped);
