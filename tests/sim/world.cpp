@@ -613,6 +613,11 @@ bool world::quiescence_checks() {
         check(observed_admitted == observed_released, "S14/S20: the observer was told of " +
                                                           std::to_string(observed_admitted) + " permits admitted and " +
                                                           std::to_string(observed_released) + " released");
+    // S14/S20: `cancelled` counts the entries completed cancelled whose body
+    // never ran (waiting, or after the grant and before the start).
+    check(c.cancelled == cancelled_completions, "S20: the host counts " + std::to_string(c.cancelled) + " cancelled, " +
+                                                    std::to_string(cancelled_completions) +
+                                                    " entries completed cancelled without running");
     // S20: `stopped` counts the bodies that ended by their stop, host and groups.
     check(c.stopped == stop_completions, "S20: the host counts " + std::to_string(c.stopped) + " stopped, " +
                                              std::to_string(stop_completions) + " bodies ended by their stop");

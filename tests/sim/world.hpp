@@ -231,6 +231,7 @@ struct world {
     // S20: entries completed as stopped (in all and per group), and the batch
     // session each batch ran in (B7).
     std::uint64_t stop_completions = 0;
+    std::uint64_t cancelled_completions = 0;  // `cancelled` of bodies that never ran
     std::vector<std::uint64_t> group_stop_completions;
     std::vector<int> batch_entry;
     int current_batch_entry = -1;
@@ -411,6 +412,7 @@ struct world {
                       "P7: " + name(i) + " no longer fit the host but completed with " + outcome);
             if (e.kind == rec_kind::nested)
                 check(code == session_entry_errc::reentered, "S7: a nested entry did not complete with reentered");
+            if (code == session_entry_errc::cancelled) ++cancelled_completions;
             if (code == session_entry_errc::cancelled)
                 check(e.cancel_hit_waiting || e.cancel_before_start || e.b7_before_start || e.cancel_after_failed_open,
                       "S13/S20: " + name(i) + " completed cancelled without being cancelled before its body started");
