@@ -50,6 +50,7 @@
 #include <vector>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
@@ -189,10 +190,10 @@ int main(int argc, char** argv) {
             const auto t0 = clock_type::now();
             asio::post(io, [&] {
                 cpu.with_backend_session(tf::session_options{permits}, body,
-                                         [&](std::exception_ptr e, tf::session_result<int> r) {
+                                         asio::bind_executor(io, [&](std::exception_ptr e, tf::session_result<int> r) {
                                              if (e || !r) std::fprintf(stderr, "warm-up failed\n");
                                              done.set_value();
-                                         });
+                                         }));
             });
             done.get_future().wait();
             if (k > 0) body_ms = std::min(body_ms, ms(clock_type::now() - t0));
@@ -211,14 +212,16 @@ int main(int argc, char** argv) {
                 asio::steady_timer timer(io);
                 asio::post(io, [&] {
                     tf::session_options o{permits, tf::wait_policy::fifo, where};
-                    auto handler = [&](std::exception_ptr e, tf::session_result<int> v) {
+                    // Completes on the caller's thread (and, with caller
+                    // placement, the body runs there: the handler's executor).
+                    auto handler = asio::bind_executor(io, [&](std::exception_ptr e, tf::session_result<int> v) {
                         res.done = clock_type::now();
                         res.exception = e != nullptr;
                         if (!e && v) res.value = true;
                         if (!e && !v) res.code = v.error().code();
                         timer.cancel();
                         done.set_value();
-                    };
+                    });
                     const auto start = clock_type::now();
                     if (where == tf::placement::compute) {
                         timer.expires_at(start + delay);
