@@ -36,8 +36,8 @@ struct scope_state final : session_context {
     /// before its body starts.
     std::stop_token stop;
     /// The session of this scope running now (S8: one at a time, which the
-    /// busy flag guarantees) stops with the scope: linked from its body's
-    /// start to its end.
+    /// busy flag guarantees) stops with the scope: linked from its runner's
+    /// turn (before "has started" is decided) to its end.
     std::optional<std::stop_callback<inner_session_stopper>> running_session;
 };
 
@@ -564,6 +564,13 @@ void entry_base::run() noexcept {
         queue.note_expired(group_);
         return body_finished();
     }
+    // A session of a scope that can be stopped stops with it (S20): linked
+    // before "has started" is decided, so that a scope asked to stop
+    // meanwhile (or already) is a request like any other: before the start,
+    // the body never starts; after it, it is asked to stop.
+    if (scope_ && can_stop())
+        static_cast<scope_state&>(*scope_).running_session.emplace(static_cast<scope_state&>(*scope_).stop,
+                                                                   inner_session_stopper{this});
     // Its turn came in time. Whether the body starts is decided here, once,
     // against a request to stop (S20): cancelled after its grant, it never
     // starts, counted as cancelled (not as stopped).
@@ -587,11 +594,6 @@ void entry_base::run() noexcept {
             state->stop = stop_token();
             spawn_scope(session_executor(state), state->scope);
         } else {
-            // A session of a scope that can be stopped stops with it (S20):
-            // if the scope was asked already, at once.
-            if (scope_ && can_stop())
-                static_cast<scope_state&>(*scope_).running_session.emplace(static_cast<scope_state&>(*scope_).stop,
-                                                                           inner_session_stopper{this});
             // The session's own failures (a rejection, an exception from
             // open_session) are run_session's to report; it ends in
             // body_finished(), so nothing here may touch `this` after it.

@@ -126,6 +126,27 @@ void world::stop_cause(int i, entry_rec::cause c) {
     e.stop_cause = c;
     e.stop_asked_step = ctx.steps();
     e.steps_at_request = e.steps_done;
+    // S20: a scope's stop reaches the session running inside it; one granted
+    // and not yet started never starts.
+    if (const auto inner = running_inner.find(i); inner != running_inner.end()) {
+        entry_rec& in = entries[inner->second];
+        if (in.model == model_state::granted && !in.started && !in.open_failed) in.cancel_before_start = true;
+    }
+}
+
+void world::check_aborted(int i, const asio_system_error& e) {
+    check(e.code() == asio::error::operation_aborted,
+          "S20: an await of the body of " + name(i) + " failed with " + e.code().message());
+    check(entries[i].stop_cause != entry_rec::cause::none,
+          "S20: an await of the body of " + name(i) + " was cancelled, but nothing asked it to stop");
+}
+
+void world::body_aborted(int i, const asio_system_error& e) {
+    check_aborted(i, e);
+    entry_rec& r = entries[i];
+    r.ended_by_stop = true;
+    ++(r.stop_cause == entry_rec::cause::deadline ? coverage().stopped_by_deadline : coverage().stopped_by_cancel);
+    body_end(i);
 }
 
 void world::stop_point(int i, const sim_session& s) {
@@ -224,11 +245,18 @@ void world::enter(int s) {
             options,
             [this, i, n = spec.suspensions, sleep = spec.sleep](sim_session& session) -> asio::awaitable<int> {
                 body_start(i, session.permits(), &session);
-                for (int k = 0; k < n; ++k) {
-                    co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
-                    if (k == 0) co_await nested_awaited(i);
+                try {
+                    for (int k = 0; k < n; ++k) {
+                        co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+                        if (k == 0) co_await nested_awaited(i);
+                    }
+                    if (sleep != 0) co_await sleep_for(sleep);
+                } catch (const asio_system_error& e) {
+                    // S20: the stop reached the body's own await (its entry
+                    // emitted terminal into the body's slot).
+                    body_aborted(i, e);
+                    throw;
                 }
-                if (sleep != 0) co_await sleep_for(sleep);
                 body_end(i);
                 co_return 1000 + i;
             },
@@ -245,7 +273,16 @@ void world::enter(int s) {
                 try {
                     for (int k = 0; k < spec.work; ++k) {
                         stop_point(i, session);
-                        co_await sleep_for(1);
+                        bool aborted = false;
+                        try {
+                            co_await sleep_for(1);
+                        } catch (const asio_system_error& e) {
+                            check_aborted(i, e);
+                            aborted = true;
+                        }
+                        // S20: an await the stop cancelled is the body's
+                        // look at its stop, as its operations' checks are.
+                        if (aborted) throw session_stopped();
                         ++entries[i].steps_done;
                     }
                     stop_point(i, session);
@@ -339,22 +376,33 @@ void world::enter_scope(int s) {
         options,
         [this, i, inner = spec.inner](execution_scope&) -> asio::awaitable<int> {
             body_start(i, 1);
-            for (int k = 0; k < inner; ++k) {
-                const int j = new_rec(rec_kind::inner, -1, 1, wait_policy::fifo, placement::compute, -1);
-                entries[j].init_seq = ++seq;
-                const bool admits = !host->poisoned() && !shut_flag;
-                entries[j].model = admits ? model_state::granted : model_state::rejected;
-                if (admits) ++inner_admits;
-                entries[j].poisoned_before_init = poison_flag;
-                entries[j].shut_before_init = shut_flag;
-                auto [e, r] = co_await host->with_backend_session(
-                    [this, j](sim_session&) {
-                        body_start(j, 1);
-                        body_end(j);
-                        return 2000 + j;
-                    },
-                    tenferro::test::as_tuple(asio::use_awaitable));
-                completed<int>(j, e, r, 2000 + j);
+            try {
+                for (int k = 0; k < inner; ++k) {
+                // A scope asked to stop enters no more sessions here (its
+                // next await would throw, S20; a session entered in it
+                // completes cancelled at once: tests/cpu/session_stop_awaits).
+                    if (entries[i].stop_cause != entry_rec::cause::none) break;
+                    const int j = new_rec(rec_kind::inner, -1, 1, wait_policy::fifo, placement::compute, -1);
+                    entries[j].init_seq = ++seq;
+                    const bool admits = !host->poisoned() && !shut_flag;
+                    entries[j].model = admits ? model_state::granted : model_state::rejected;
+                    if (admits) ++inner_admits;
+                    entries[j].poisoned_before_init = poison_flag;
+                    entries[j].shut_before_init = shut_flag;
+                    running_inner[i] = j;
+                    auto [e, r] = co_await host->with_backend_session(
+                        [this, j](sim_session&) {
+                            body_start(j, 1);
+                            body_end(j);
+                            return 2000 + j;
+                        },
+                        tenferro::test::as_tuple(asio::use_awaitable));
+                    running_inner.erase(i);
+                    completed<int>(j, e, r, 2000 + j);
+                }
+            } catch (const asio_system_error& e) {
+                body_aborted(i, e);  // (its await cancelled by its stop, S20)
+                throw;
             }
             body_end(i);
             co_return 1000 + i;

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -315,6 +316,15 @@ struct world {
     }
 
     // -- stopping (S20) -------------------------------------------------------
+
+    /// An await of body i threw `e`: it must be the stop asked of its entry
+    /// (S20: operation_aborted, with a cause in the model).
+    void check_aborted(int i, const asio_system_error& e);
+    /// Body i ends by its await's cancellation (S20): checked, and recorded
+    /// as ended by its stop.
+    void body_aborted(int i, const asio_system_error& e);
+    /// The session each running scope awaits (scope record → inner record).
+    std::map<int, int> running_inner;
 
     /// A body looks at its session's stop (as throw_if_stop_requested does):
     /// asked exactly when the model has a cause for it. Throws
