@@ -3,6 +3,7 @@
 
 #include "http_connection.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -74,7 +75,8 @@ http_connection::http_connection(connection_owner& owner, const connection_limit
       socket_(std::move(socket)),
       timer_(socket_.get_executor()),
       parser_(http_parse_limits{.max_body_bytes = limits.max_body_bytes}),
-      buffer_(read_buffer_bytes) {}
+      buffer_(read_buffer_bytes),
+      watch_done_(socket_.get_executor(), clock_type::time_point::max()) {}
 
 asio::awaitable<void> http_connection::run(std::shared_ptr<http_connection> self) {
     asio::co_spawn(self->executor(), watchdog(self), asio::detached);
@@ -123,10 +125,9 @@ void http_connection::set_deadline(clock_type::time_point t) {
 }
 
 asio::awaitable<void> http_connection::serve() {
-    std::size_t begin = 0, end = 0;
     for (;;) {
-        if (begin == end) {
-            begin = end = 0;
+        if (begin_ == end_) {
+            begin_ = end_ = 0;
             if (!in_request_ && owner_.draining()) co_return;
             idle_ = !in_request_;
             set_deadline(in_request_ ? request_deadline_ : clock_type::now() + limits_.idle_timeout);
@@ -143,11 +144,11 @@ asio::awaitable<void> http_connection::serve() {
                 }
                 co_return;
             }
-            end = n;
+            end_ = n;
         }
         // The parser stops after a complete request, so pipelined requests
         // are answered one at a time, in order.
-        begin += parser_.parse(buffer_.data() + begin, end - begin);
+        begin_ += parser_.parse(buffer_.data() + begin_, end_ - begin_);
         if (parser_.started() && !in_request_) {
             in_request_ = true;
             request_deadline_ = clock_type::now() + limits_.request_timeout;
@@ -189,12 +190,68 @@ asio::awaitable<bool> http_connection::respond() {
     if (served_ > 0) counters_.keepalive_reused.fetch_add(1, std::memory_order_relaxed);
 
     set_deadline(clock_type::time_point::max());  // the server's own work has no deadline
-    http_response r = co_await owner_.handle(request, received);
+    http_response r;
+    if (limits_.notice_closed) {
+        // Reading while the answer is made is how a client that left is
+        // noticed: a closed socket says nothing until it is read (or written).
+        peer_gone_ = stop_watch_ = false;
+        watch_read();
+        r = co_await owner_.handle(request, received, gone_.slot());
+        co_await stop_watching();
+        gone_.slot().clear();  // whatever the owner left there
+        if (peer_gone_) {
+            // No one to answer: a reset or the end of the stream. (A client that
+            // only shut down its sending side also ends the stream; it is taken
+            // as gone too, as nginx and Go's net/http take it.)
+            counters_.abandoned.fetch_add(1, std::memory_order_relaxed);
+            co_return false;
+        }
+    } else {
+        r = co_await owner_.handle(request, received, asio::cancellation_slot());
+    }
     const bool keep_alive = keep_alive_requested && !r.close && !owner_.draining();
     const bool written = co_await write_response(r, keep_alive);
     ++served_;
     reset_request();
     co_return written&& keep_alive;
+}
+
+void http_connection::watch_read() {
+    // Room after what is already buffered; a request pipelined behind this
+    // one, partly parsed or not at all, stays where it is.
+    if (begin_ > 0 && begin_ < end_)
+        std::copy(buffer_.begin() + std::ptrdiff_t(begin_), buffer_.begin() + std::ptrdiff_t(end_), buffer_.begin());
+    end_ -= begin_;
+    begin_ = 0;
+    if (end_ == buffer_.size()) return;  // full: the rest waits in the kernel, unwatched, until its turn
+    watching_ = true;
+    socket_.async_read_some(asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
+                            [self = shared_from_this()](std::error_code ec, std::size_t n) {
+                                // On the strand (the socket's executor).
+                                self->watching_ = false;
+                                self->end_ += n;
+                                if (!ec && !self->stop_watch_) {
+                                    self->watch_read();
+                                    if (self->watching_) return;
+                                }
+                                if (ec && !self->stop_watch_) {
+                                    self->peer_gone_ = true;
+                                    self->gone_.emit(asio::cancellation_type::terminal);
+                                }
+                                self->watch_done_.cancel();
+                            });
+}
+
+asio::awaitable<void> http_connection::stop_watching() {
+    stop_watch_ = true;
+    if (watching_) {
+        std::error_code ec;
+        socket_.cancel(ec);
+    }
+    while (watching_) {
+        std::error_code ec;
+        co_await watch_done_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
 }
 
 asio::awaitable<bool> http_connection::write_response(const http_response& r, bool keep_alive) {

@@ -19,6 +19,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -47,11 +48,20 @@ struct connection_limits {
     std::chrono::milliseconds idle_timeout{30'000};
     std::chrono::milliseconds request_timeout{10'000};
     int retry_after_seconds = 1;
+    /// Read the socket while a request is being answered, and when the client
+    /// turns out to be gone (end of stream, a reset, an error) emit `terminal`
+    /// on the slot given to `connection_owner::handle`, then close without an
+    /// answer. false: the socket is not read until the answer is written (a
+    /// gone client is only found then).
+    bool notice_closed = true;
 };
 
 /// The counters the connections keep for their owner, cumulative.
 struct connection_counters {
     std::atomic<std::uint64_t> requests{0}, keepalive_reused{0}, idle_timeouts{0}, request_timeouts{0};
+    /// Requests whose client was found gone while they were being answered
+    /// (connection_limits::notice_closed): closed unanswered.
+    std::atomic<std::uint64_t> abandoned{0};
     std::array<std::atomic<std::uint64_t>, 600> responses{};  // by status
 
     void count_response(int status) noexcept {
@@ -65,8 +75,12 @@ class http_connection;
 class connection_owner {
 public:
     /// The answer to a complete request; runs on the connection's strand.
+    /// `gone` gets `terminal` (on the strand) when the client leaves before the
+    /// answer is ready: the work for it may stop, and whatever is returned
+    /// then is dropped. (Not connected when the connection does not watch.)
     virtual asio::awaitable<http_response> handle(const http_request& request,
-                                                  std::chrono::steady_clock::time_point received) = 0;
+                                                  std::chrono::steady_clock::time_point received,
+                                                  asio::cancellation_slot gone) = 0;
     /// Draining: no new request on a connection, and `Connection: close` on
     /// the response of the one in progress.
     virtual bool draining() const noexcept = 0;
@@ -104,6 +118,12 @@ private:
     asio::awaitable<void> serve();
     /// Answers the complete request; false when the connection must close.
     asio::awaitable<bool> respond();
+    /// While the answer is being made: reads into the buffer's free space,
+    /// keeping what arrives (pipelined requests) for later, and emits on
+    /// `gone_` when the stream ends or fails.
+    void watch_read();
+    /// Ends watch_read (its bytes stay in the buffer).
+    asio::awaitable<void> stop_watching();
     asio::awaitable<bool> write_response(const http_response& r, bool keep_alive);
     asio::awaitable<bool> write_buffers(std::array<asio::const_buffer, 2> buffers);
     /// An error response, then a lingering close (see linger_limit).
@@ -119,6 +139,7 @@ private:
     clock_type::time_point request_deadline_ = clock_type::time_point::max();
     http_request_parser parser_;
     std::vector<char> buffer_;
+    std::size_t begin_ = 0, end_ = 0;  // buffer_[begin_, end_): received, not yet parsed
     std::string head_;
 
     bool in_request_ = false;    // a request has begun and is not answered yet
@@ -128,6 +149,13 @@ private:
     bool timed_out_ = false;  // the watchdog cancelled the socket's operations
     bool closed_ = false;
     std::uint64_t served_ = 0;
+
+    // The watch while a request is answered (connection_limits::notice_closed).
+    asio::cancellation_signal gone_;
+    asio::steady_timer watch_done_;  // never expires: cancelled when watch_read ends
+    bool watching_ = false;          // a watch read is in flight
+    bool stop_watch_ = false;        // the answer is ready: do not read again
+    bool peer_gone_ = false;         // the watch found the stream ended or failed
 };
 
 }  // namespace embedding_search

@@ -43,7 +43,8 @@ search_server::search_server(search_engine& engine, server_options options)
       connection_limits_{.max_body_bytes = options_.max_body_bytes,
                          .idle_timeout = options_.idle_timeout,
                          .request_timeout = options_.request_timeout,
-                         .retry_after_seconds = options_.retry_after_seconds},
+                         .retry_after_seconds = options_.retry_after_seconds,
+                         .notice_closed = options_.notice_closed},
       routes_(engine, limits_for(engine, options_), *this),
       strand_(asio::make_strand(io_)),
       acceptor_(strand_),
@@ -149,8 +150,9 @@ void search_server::connection_closed(http_connection* c) {
     }
 }
 
-asio::awaitable<http_response> search_server::handle(const http_request& request, clock_type::time_point received) {
-    return routes_.handle(request, received);
+asio::awaitable<http_response> search_server::handle(const http_request& request, clock_type::time_point received,
+                                                     asio::cancellation_slot gone) {
+    return routes_.handle(request, received, gone);
 }
 
 bool search_server::draining() const noexcept { return draining_flag_.load(std::memory_order_acquire); }
@@ -166,6 +168,7 @@ server_snapshot search_server::snapshot() const {
     s.keepalive_reused = counters_.keepalive_reused.load(std::memory_order_relaxed);
     s.idle_timeouts = counters_.idle_timeouts.load(std::memory_order_relaxed);
     s.request_timeouts = counters_.request_timeouts.load(std::memory_order_relaxed);
+    s.abandoned = counters_.abandoned.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < counters_.responses.size(); ++i) {
         if (const auto n = counters_.responses[i].load(std::memory_order_relaxed)) s.responses.emplace_back(int(i), n);
     }

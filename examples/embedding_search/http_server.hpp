@@ -55,6 +55,13 @@ struct server_options {
     std::chrono::milliseconds drain_timeout{10'000};    ///< then connections still open are closed
     int retry_after_seconds = 1;                        ///< sent with 503
     bool handle_signals = false;                        ///< SIGINT / SIGTERM start drain()
+    /// Watch each connection while its request is answered: a client that
+    /// closes (or resets) its connection while its search waits or runs has
+    /// the search cancelled (`terminal`: it leaves the queue, or stops its
+    /// batch once the batch's every query is gone, contract B4/B7) and gets
+    /// no answer. false: the socket is read only after the answer (the
+    /// behaviour before issue 46: a search whose client left is computed).
+    bool notice_closed = true;
 };
 
 /// The server's own counters, cumulative.
@@ -62,6 +69,7 @@ struct server_snapshot {
     std::uint64_t connections_accepted = 0, connections_open = 0;
     std::uint64_t requests = 0, keepalive_reused = 0;
     std::uint64_t idle_timeouts = 0, request_timeouts = 0;
+    std::uint64_t abandoned = 0;  ///< requests whose client was found gone before the answer (closed unanswered)
     std::vector<std::pair<int, std::uint64_t>> responses;  ///< (status, count), non-zero only
     histogram_snapshot search_latency;   ///< request received -> response ready, 200s of /v1/search
     histogram_snapshot healthz_latency;  ///< same for /healthz
@@ -96,8 +104,8 @@ public:
 
 private:
     // connection_owner: what the connections call (handle goes to the routes)
-    asio::awaitable<http_response> handle(const http_request& request,
-                                          std::chrono::steady_clock::time_point received) override;
+    asio::awaitable<http_response> handle(const http_request& request, std::chrono::steady_clock::time_point received,
+                                          asio::cancellation_slot gone) override;
     bool draining() const noexcept override;
     void connection_closed(http_connection* c) override;
 

@@ -256,6 +256,9 @@ int main(int argc, char** argv) {
     app.add_option("--retry-after", serve_opts.server.retry_after_seconds, "Retry-After seconds sent with 503")
         ->check(whole(0, 86400))
         ->capture_default_str();
+    app.add_flag("!--keep-abandoned", serve_opts.server.notice_closed,
+                 "do not watch connections while their search waits or runs: a search whose client left stays "
+                 "queued and is computed (the behaviour before issue 46)");
 
     demo_options demo_opts;
     CLI::App* demo = app.add_subcommand("demo", "generate a corpus, serve it and drive it with the built-in load");

@@ -282,6 +282,17 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
     for (std::size_t i = 1; i < reasons.size(); ++i)
         w.sample("tenferro_search_rejected_total", "reason=\"" + std::string(reasons[i]) + "\"",
                  double(e.rejected_by_reason[i]));
+    // Clients that left before their answer (server_options::notice_closed).
+    w.family("tenferro_search_abandoned_total", "counter",
+             "Searches whose client closed its connection before the answer, by where the query was: waiting "
+             "(it left the queue, never computed) or taken (computed, or stopped with its batch).")
+        .sample("tenferro_search_abandoned_total", "stage=\"waiting\"", double(e.abandoned_waiting))
+        .sample("tenferro_search_abandoned_total", "stage=\"taken\"", double(e.abandoned_taken));
+    w.family("tenferro_search_stopped_batches_total", "counter",
+             "Batch bodies stopped inside their matmul because every query of the batch was gone (B7).")
+        .sample("tenferro_search_stopped_batches_total", "", double(e.stopped_batches));
+    w.family("tenferro_search_stopped_queries_total", "counter", "Queries held by the stopped batches.")
+        .sample("tenferro_search_stopped_queries_total", "", double(e.stopped_queries));
     render_group_metrics(w, e, s, host);
     w.family("tenferro_http_requests_total", "counter", "HTTP responses sent, by status code.");
     for (const auto& [status, n] : s.responses)
@@ -293,6 +304,9 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
         .sample("tenferro_http_connections_accepted_total", "", double(s.connections_accepted));
     w.family("tenferro_http_connections_open", "gauge", "Connections open right now.")
         .sample("tenferro_http_connections_open", "", double(s.connections_open));
+    w.family("tenferro_http_abandoned_total", "counter",
+             "Requests whose client was found gone while they were answered: closed unanswered.")
+        .sample("tenferro_http_abandoned_total", "", double(s.abandoned));
     w.family("tenferro_http_timeouts_total", "counter", "Connections closed by a timeout, by kind.")
         .sample("tenferro_http_timeouts_total", "kind=\"idle\"", double(s.idle_timeouts))
         .sample("tenferro_http_timeouts_total", "kind=\"request\"", double(s.request_timeouts));

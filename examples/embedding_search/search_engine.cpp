@@ -134,7 +134,7 @@ void search_engine::count_expired(std::size_t group, expiry_stage stage) {
 }
 
 asio::awaitable<search_outcome> search_engine::search(search_query query, std::size_t group,
-                                                      clock_type::time_point deadline) {
+                                                      clock_type::time_point deadline, asio::cancellation_slot gone) {
     search_outcome outcome;
     if (group >= batchers_.size()) {
         outcome.status = search_status::failed;
@@ -180,27 +180,34 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     // the batcher leaves it at once (one already taken into a batch is judged
     // by the body: a `total` cancellation, which B7 does not count as giving
     // up on a taken item, so the batch's other queries are not stopped with
-    // it). The state is shared with the timer's handler, which may run after
-    // this frame is gone. A query without a deadline has neither.
-    struct deadline_watch {
-        asio::cancellation_signal signal;
-        bool fired = false;
-    };
-    std::shared_ptr<deadline_watch> watch;
+    // it). A client that leaves cancels it with `terminal`: waiting, it leaves
+    // the batcher; taken, its batch stops once no query of it is waited for
+    // (B7). The state is shared with the timer's handler, which may run after
+    // this frame is gone. A query with neither has none.
+    std::shared_ptr<query_watch> watch;
     std::optional<asio::steady_timer> timer;
+    if (has_deadline || gone.is_connected()) watch = std::make_shared<query_watch>();
     if (has_deadline) {
-        watch = std::make_shared<deadline_watch>();
         timer.emplace(co_await asio::this_coro::executor, deadline);
         timer->async_wait([watch](std::error_code ec) {
             if (ec) return;
-            watch->fired = true;
+            watch->expired = true;
             watch->signal.emit(asio::cancellation_type::total);
+        });
+    }
+    if (gone.is_connected()) {
+        gone.assign([this, watch](asio::cancellation_type_t type) {
+            constexpr auto leaves = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+            if ((type & leaves) == asio::cancellation_type::none || watch->abandoned) return;
+            watch->abandoned = true;
+            clients_gone_.fetch_add(1, std::memory_order_relaxed);
+            watch->signal.emit(type);
         });
     }
     tf::session_result<answer> r;
     try {
         // (Named, not a braced temporary in the co_await: docs/pitfalls.md, 3.)
-        item it{std::move(query), clock_type::now(), deadline};
+        item it{std::move(query), clock_type::now(), deadline, watch};
         if (watch) {
             r = co_await batcher.submit(std::move(it),
                                         asio::bind_cancellation_slot(watch->signal.slot(), asio::use_awaitable));
@@ -210,18 +217,30 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     } catch (const std::exception& e) {
         // The batch's body threw (every query of that batch gets it).
         if (timer) timer->cancel();
+        if (gone.is_connected()) gone.clear();
         outcome.status = search_status::failed;
         outcome.error = e.what();
         co_return outcome;
     }
     if (timer) timer->cancel();
+    if (gone.is_connected()) gone.clear();
+    if (watch && watch->abandoned) {
+        // Whatever came back (its result, when others of its batch were still
+        // waited for; `cancelled` otherwise), no one is there to read it.
+        const bool taken = watch->taken.load(std::memory_order_relaxed);
+        (taken ? abandoned_taken_ : abandoned_waiting_).fetch_add(1, std::memory_order_relaxed);
+        outcome.status = search_status::abandoned;
+        outcome.error =
+            taken ? "the client left after its query was taken into a batch" : "the client left while its query waited";
+        co_return outcome;
+    }
     if (!r) {
         // `contended` is the queue bound (max_waiters); `executor` means the
         // backend (or the engine) is shutting down: shed the query.
         const auto code = r.error().code();
         if (const auto i = static_cast<std::size_t>(code); i < rejected_by_reason_.size())
             rejected_by_reason_[i].fetch_add(1, std::memory_order_relaxed);
-        if (code == tf::session_entry_errc::cancelled && watch && watch->fired) {
+        if (code == tf::session_entry_errc::cancelled && watch && watch->expired) {
             expired(expiry_stage::queue, "the deadline passed while the search waited for its batch");
             co_return outcome;
         }
@@ -242,9 +261,25 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
 std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s, std::size_t group,
                                                           std::span<item> batch) {
     const auto started = clock_type::now();
-    for (const item& q : batch) admission_wait_.record(started - q.entered);
+    for (const item& q : batch) {
+        admission_wait_.record(started - q.entered);
+        if (q.watch) q.watch->taken.store(true, std::memory_order_relaxed);
+    }
     sessions_.fetch_add(1, std::memory_order_relaxed);
+    try {
+        if (options_.on_batch_start) options_.on_batch_start(s);
+        return compute_batch(s, group, batch, started);
+    } catch (const tf::session_stopped&) {
+        // Every query of the batch is gone (B7): the matmul stopped between
+        // two of its tiles, and the batcher answers each item `cancelled`.
+        stopped_batches_.fetch_add(1, std::memory_order_relaxed);
+        stopped_queries_.fetch_add(batch.size(), std::memory_order_relaxed);
+        throw;
+    }
+}
 
+std::vector<search_engine::answer> search_engine::compute_batch(tf::backend_session& s, std::size_t group,
+                                                                std::span<item> batch, clock_type::time_point started) {
     // Items past their deadline are answered expired, not computed: the live
     // ones are moved to the front (stable, so results keep their order).
     std::vector<answer> out(batch.size());
@@ -326,6 +361,11 @@ engine_snapshot search_engine::snapshot() const {
         s.groups.push_back(std::move(gs));
     }
     s.shed = shed_.load(std::memory_order_relaxed);
+    s.clients_gone = clients_gone_.load(std::memory_order_relaxed);
+    s.abandoned_waiting = abandoned_waiting_.load(std::memory_order_relaxed);
+    s.abandoned_taken = abandoned_taken_.load(std::memory_order_relaxed);
+    s.stopped_batches = stopped_batches_.load(std::memory_order_relaxed);
+    s.stopped_queries = stopped_queries_.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < s.rejected_by_reason.size(); ++i)
         s.rejected_by_reason[i] = rejected_by_reason_[i].load(std::memory_order_relaxed);
     s.sessions = sessions_.load(std::memory_order_relaxed);

@@ -21,11 +21,18 @@
 // batcher when the deadline passes while it waits (per-operation cancellation
 // from a timer); skipped by the batch body when the deadline passed before it
 // started. Each is answered `expired`.
+//
+// Clients that leave: the caller may pass a cancellation slot that gets
+// `terminal` when the query's client is gone (the server's connection watches
+// its socket). The submission is then cancelled: a waiting query leaves its
+// batcher (B4), and a batch whose every query is gone is stopped inside its
+// matmul (B7, S20). Either is answered `abandoned` and counted.
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -34,6 +41,7 @@
 #include <vector>
 
 #include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
@@ -63,6 +71,10 @@ struct engine_options {
     /// batcher is answered `shed` (503) at once. (Checked without a lock held
     /// across the submission: concurrent arrivals may overshoot it by a few.)
     std::size_t max_waiting = std::numeric_limits<std::size_t>::max();
+    /// Called at the start of every batch body, on the thread that runs it,
+    /// after its queries are taken and before the matmul. For tests: it can
+    /// hold a batch still while they arrange what happens meanwhile.
+    std::function<void(tenferro::backend_session&)> on_batch_start;
 };
 
 /// How one run of the server is set up.
@@ -101,6 +113,7 @@ enum class search_status {
     shed,     ///< admission refused the entry (`contended`: queue full, or shut down): 503
     expired,  ///< not started by its deadline, or predicted not to be: 503 deadline_exceeded
     failed,   ///< the computation threw: 500
+    abandoned,  ///< the caller's slot said the client was gone: no one to answer
 };
 
 /// Where a query's deadline was found to be missed.
@@ -144,6 +157,16 @@ struct engine_snapshot {
     double busy_permit_seconds = 0.0;  ///< from the admission observer (0 without one)
     tenferro::batch_stats batcher;     ///< the batcher's own counters
     std::uint64_t shed = 0;            ///< queries refused at once: max_waiting were waiting
+    /// Queries whose client left before the answer (search's `gone` slot): by
+    /// where they were, still waiting in a batcher (they left it, never
+    /// computed), or taken into a batch (computed with it, or stopped with it).
+    std::uint64_t abandoned_waiting = 0, abandoned_taken = 0;
+    /// Notices that a query's client left, counted as each arrives (its
+    /// search still running); abandoned_* count the same queries as they end.
+    std::uint64_t clients_gone = 0;
+    /// Batch bodies that ended because their session was stopped (every query
+    /// of the batch gone: B7), and the queries they held.
+    std::uint64_t stopped_batches = 0, stopped_queries = 0;
     /// Queries completed with an admission error, by `session_entry_errc`
     /// (index: the code's value, 1 = reentered ... 7 = deadline_exceeded).
     std::array<std::uint64_t, 8> rejected_by_reason{};
@@ -169,9 +192,12 @@ public:
     /// query's `deadline` (`max()`: none) is missed first (`expired`).
     /// Resumes on the calling coroutine's executor, which must serialise its
     /// handlers (a strand, or a single-threaded context): the deadline's timer
-    /// runs there too.
+    /// runs there too, and `gone` must be emitted there. `gone` (when
+    /// connected): `terminal` or `partial` means the client left; the search
+    /// is cancelled and answered `abandoned`.
     asio::awaitable<search_outcome> search(search_query query, std::size_t group = 0,
-                                           clock_type::time_point deadline = clock_type::time_point::max());
+                                           clock_type::time_point deadline = clock_type::time_point::max(),
+                                           asio::cancellation_slot gone = {});
 
     /// The host's groups (at least 1), their names, and the index of `name`
     /// (exact match), or groups() when there is none of that name.
@@ -189,11 +215,21 @@ public:
     engine_snapshot snapshot() const;
 
 private:
-    /// One query in the batcher: the query, when it arrived, its deadline.
+    /// What a query's submission shares with its deadline's timer, the
+    /// caller's `gone` slot and the batch body; may outlive the search's frame.
+    struct query_watch {
+        asio::cancellation_signal signal;  // the submission's slot
+        bool expired = false;              // the deadline's timer fired (on the caller's executor)
+        bool abandoned = false;            // the client left (same)
+        std::atomic<bool> taken{false};    // a batch body received it
+    };
+    /// One query in the batcher: the query, when it arrived, its deadline, and
+    /// its watch (none without a deadline or a `gone` slot).
     struct item {
         search_query query;
         clock_type::time_point entered;
         clock_type::time_point deadline = clock_type::time_point::max();
+        std::shared_ptr<query_watch> watch;
     };
     /// An item's answer: its hits, or none because its deadline had passed
     /// when the batch body started.
@@ -214,6 +250,8 @@ private:
     };
 
     std::vector<answer> compute(tenferro::backend_session& s, std::size_t group, std::span<item> batch);
+    std::vector<answer> compute_batch(tenferro::backend_session& s, std::size_t group, std::span<item> batch,
+                                      clock_type::time_point started);
     void count_expired(std::size_t group, expiry_stage stage);
 
     tenferro::cpu_backend& cpu_;
@@ -224,6 +262,8 @@ private:
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
     std::atomic<std::uint64_t> sessions_{0}, batched_queries_{0}, shed_{0};
+    std::atomic<std::uint64_t> clients_gone_{0}, abandoned_waiting_{0}, abandoned_taken_{0}, stopped_batches_{0},
+        stopped_queries_{0};
     std::array<std::atomic<std::uint64_t>, 8> rejected_by_reason_{};
     std::vector<std::unique_ptr<group_counters>> counters_;
     // Last: destroyed first, while what their bodies use is still alive.

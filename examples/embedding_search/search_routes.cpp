@@ -65,7 +65,8 @@ search_routes::search_routes(search_engine& engine, search_limits limits, const 
     for (std::size_t g = 0; g < engine_.groups(); ++g) group_latency_.push_back(std::make_unique<latency_histogram>());
 }
 
-asio::awaitable<http_response> search_routes::handle(const http_request& request, clock_type::time_point received) {
+asio::awaitable<http_response> search_routes::handle(const http_request& request, clock_type::time_point received,
+                                                     asio::cancellation_slot gone) {
     const std::string_view method = request.method, target = request.target;
     const std::string_view path = target.substr(0, target.find('?'));
     http_response r;
@@ -76,7 +77,7 @@ asio::awaitable<http_response> search_routes::handle(const http_request& request
             r.body = error_body("method", "use POST for /v1/search");
             co_return r;
         }
-        r = co_await handle_search(request, received);
+        r = co_await handle_search(request, received, gone);
         co_return r;
     }
     if (path == "/metrics") {
@@ -111,7 +112,8 @@ asio::awaitable<http_response> search_routes::handle(const http_request& request
 }
 
 asio::awaitable<http_response> search_routes::handle_search(const http_request& request,
-                                                            clock_type::time_point received) {
+                                                            clock_type::time_point received,
+                                                            asio::cancellation_slot gone) {
     http_response r;
     // The group: no header, the first one; a name matches exactly.
     std::size_t group = 0;
@@ -144,7 +146,7 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
         timeout_ms = timeout_ms < 0 ? query->timeout_ms : std::min(timeout_ms, query->timeout_ms);
     const auto deadline =
         timeout_ms < 0 ? clock_type::time_point::max() : received + std::chrono::milliseconds(timeout_ms);
-    search_outcome out = co_await engine_.search(std::move(*query), group, deadline);
+    search_outcome out = co_await engine_.search(std::move(*query), group, deadline, gone);
     switch (out.status) {
     case search_status::ok: {
         json_writer w;
@@ -164,6 +166,12 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
         r.retry_after = true;
         r.retry_after_seconds = retry_after_for(out.predicted_wait_seconds);
         r.body = deadline_body(engine_, group, out);
+        break;
+    case search_status::abandoned:
+        // The client is gone: the connection drops this unwritten. (499 is
+        // nginx's "client closed request", never sent.)
+        r.status = 499;
+        r.close = true;
         break;
     case search_status::shed:
         r.status = 503;
@@ -206,6 +214,7 @@ std::string search_routes::stats_json() const {
     w.key("connections").begin_object();
     w.field("accepted", s.connections_accepted).field("open", s.connections_open);
     w.field("idle_timeouts", s.idle_timeouts).field("request_timeouts", s.request_timeouts);
+    w.field("abandoned", s.abandoned);
     w.end_object();
     w.key("latency_ms").begin_object();
     write_histogram(w, "search", s.search_latency);
@@ -230,6 +239,10 @@ std::string search_routes::stats_json() const {
     w.field("batches", e.batcher.batches).field("largest_batch", e.batcher.largest_batch);
     w.field("waiting", e.batcher.waiting).field("shed", e.shed);
     w.end_object();
+    w.key("abandoned").begin_object();
+    w.field("waiting", e.abandoned_waiting).field("taken", e.abandoned_taken);
+    w.end_object();
+    w.field("stopped_batches", e.stopped_batches).field("stopped_queries", e.stopped_queries);
     write_histogram(w, "compute_ms", e.batch_compute);
     w.end_object();
     // Per tenant group: the host's group_stats, then the server's own figures.

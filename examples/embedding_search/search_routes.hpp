@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
 
 #include "http_connection.hpp"
 #include "latency_histogram.hpp"
@@ -31,7 +32,9 @@ public:
     search_routes(const search_routes&) = delete;
     search_routes& operator=(const search_routes&) = delete;
 
-    asio::awaitable<http_response> handle(const http_request& request, std::chrono::steady_clock::time_point received);
+    /// `gone`: emitted when the client leaves first (connection_owner::handle).
+    asio::awaitable<http_response> handle(const http_request& request, std::chrono::steady_clock::time_point received,
+                                          asio::cancellation_slot gone = {});
 
     /// The body of `GET /v1/stats`.
     std::string stats_json() const;
@@ -46,7 +49,8 @@ public:
 
 private:
     asio::awaitable<http_response> handle_search(const http_request& request,
-                                                 std::chrono::steady_clock::time_point received);
+                                                 std::chrono::steady_clock::time_point received,
+                                                 asio::cancellation_slot gone);
 
     search_engine& engine_;
     search_limits limits_;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <string>
 #include <string_view>
@@ -87,10 +88,14 @@ inline std::string error_field(const std::string& body) {
 
 struct server_fixture {
     explicit server_fixture(server_options so = {}, std::size_t permits = 2, std::size_t max_waiters = 1000,
-                            std::size_t max_batch = 8, bool inline_compute = false)
+                            std::size_t max_batch = 8, bool inline_compute = false,
+                            std::function<void(tf::backend_session&)> on_batch_start = {})
         : cpu(tf::cpu_backend_options{.permits = permits, .max_waiters = max_waiters}),
           engine(cpu, test_corpus(),
-                 engine_options{.inline_compute = inline_compute, .max_batch = max_batch, .max_waiting = max_waiters}),
+                 engine_options{.inline_compute = inline_compute,
+                                .max_batch = max_batch,
+                                .max_waiting = max_waiters,
+                                .on_batch_start = std::move(on_batch_start)}),
           server(engine, with_port0(std::move(so))) {
         server.start();
     }

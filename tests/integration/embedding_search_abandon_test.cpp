@@ -1,0 +1,297 @@
+// The embedding-search server and clients that leave (issue 46, item 7): a
+// connection closed while its query waits or runs cancels the query (it leaves
+// the queue; a batch whose every query is gone stops inside its matmul, B7),
+// counted in /metrics, no permit kept; bytes a client pipelines meanwhile are
+// kept; a half-close counts as gone; `notice_closed = false` keeps the old
+// behaviour. Every step waits on the server's own counters or on a batch body
+// held still by the test (engine_options::on_batch_start), never on a sleep.
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/use_future.hpp>
+#include <asio/write.hpp>
+#include <catch2/catch.hpp>
+#include <tenferro/tenferro.hpp>
+
+#include "http_client.hpp"
+#include "http_server.hpp"
+#include "search_engine.hpp"
+
+#include "../support/embedding_search_fixture.hpp"
+
+namespace tf = tenferro;
+using namespace embedding_search;
+using namespace embedding_search::testing;
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+
+namespace {
+
+/// A blocking client on the test's own thread: what it sends, when it closes
+/// and how (a full close, or a shutdown of its sending side) are the test's.
+class raw_client {
+public:
+    explicit raw_client(std::uint16_t port) : socket_(io_) {
+        socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+        socket_.set_option(tcp::no_delay(true));
+        // A test that goes wrong fails on a timeout instead of hanging.
+        timeval limit{10, 0};
+        setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    }
+    void send(std::string_view bytes) { asio::write(socket_, asio::buffer(bytes.data(), bytes.size())); }
+    void close() { socket_.close(); }
+    void shutdown_send() { socket_.shutdown(tcp::socket::shutdown_send); }
+
+    /// The next response's status and body (the server always sends Content-Length).
+    std::pair<int, std::string> receive() {
+        std::size_t head_end;
+        while ((head_end = buffer_.find("\r\n\r\n")) == std::string::npos) read_more();
+        const int status = std::atoi(buffer_.c_str() + 9);
+        const std::size_t cl = buffer_.find("Content-Length: ");
+        const std::size_t length = cl < head_end ? std::size_t(std::atoll(buffer_.c_str() + cl + 16)) : 0;
+        while (buffer_.size() < head_end + 4 + length) read_more();
+        std::string body = buffer_.substr(head_end + 4, length);
+        buffer_.erase(0, head_end + 4 + length);
+        return {status, body};
+    }
+    /// True when the server ends the stream without sending anything more.
+    bool closed_without_answer() {
+        char c;
+        std::error_code ec;
+        const std::size_t n = socket_.read_some(asio::buffer(&c, 1), ec);
+        return n == 0 && buffer_.empty() && (ec == asio::error::eof || ec == asio::error::connection_reset);
+    }
+
+private:
+    void read_more() {
+        char chunk[4096];
+        const std::size_t n = socket_.read_some(asio::buffer(chunk));
+        buffer_.append(chunk, n);
+    }
+
+    asio::io_context io_;
+    tcp::socket socket_;
+    std::string buffer_;
+};
+
+/// A batch body held still by the test: the first batch waits in
+/// on_batch_start until the test lets it go or its session is asked to stop.
+struct batch_gate {
+    std::atomic<int> batches{0};
+    std::atomic<bool> entered{false}, go{false}, stop_seen{false};
+
+    std::function<void(tf::backend_session&)> hook() {
+        return [this](tf::backend_session& s) {
+            if (batches.fetch_add(1) != 0) return;  // only the first batch is held
+            entered = true;
+            const auto until = std::chrono::steady_clock::now() + 10s;
+            while (!go && !s.stop_requested() && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(1ms);
+            stop_seen = s.stop_requested();
+        };
+    }
+};
+
+bool contains(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a client that closes while its query waits: the query leaves the queue, no permit is kept",
+          "[embedding_search][abandon]") {
+    server_fixture f({}, 1, 1000, 8);
+    const std::vector<float> q = query_near_row(test_corpus(), 321, 0.3, 4);
+    permit_holder hold(f.cpu);
+
+    raw_client c(f.server.port());
+    c.send(search_request(q, 5));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 1; }));
+    c.close();
+    const bool noticed =
+        eventually([&] { return f.engine.snapshot().abandoned_waiting == 1 && f.server.snapshot().abandoned == 1; });
+    const engine_snapshot gone = f.engine.snapshot();
+    hold.release();
+    REQUIRE(noticed);
+    CHECK(gone.batcher.waiting == 0);
+    CHECK(gone.batcher.cancelled == 1);  // B4: removed, answered `cancelled`
+    CHECK(gone.clients_gone == 1);
+    CHECK(gone.abandoned_taken == 0);
+
+    // The batch session queued for it finds no query: it runs no body and
+    // gives its permit back.
+    CHECK(eventually([&] { return f.cpu.stats().available == f.cpu.permits() && f.cpu.stats().waiting == 0; }));
+    CHECK(f.engine.snapshot().sessions == 0);
+    CHECK(f.engine.snapshot().batched_queries == 0);
+    // Nothing was written for it.
+    for (const auto& [status, n] : f.server.snapshot().responses) CHECK(status != 499);
+
+    // The server serves on, and /metrics says what happened.
+    const http_reply again = f.call(search_request(q, 5));
+    CHECK(again.status == 200);
+    CHECK(hits_of(again.body).at(0).index == 321);
+    const std::string metrics = f.call(make_request("GET", "/metrics")).body;
+    CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"waiting\"} 1\n"));
+    CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"taken\"} 0\n"));
+    CHECK(contains(metrics, "tenferro_search_stopped_batches_total 0\n"));
+    CHECK(contains(metrics, "tenferro_http_abandoned_total 1\n"));
+    CHECK(f.cpu.stats().available == f.cpu.permits());
+}
+
+TEST_CASE("a batch whose every client closed stops inside its body (B7)", "[embedding_search][abandon]") {
+    batch_gate gate;
+    server_fixture f({}, 2, 1000, 8, false, gate.hook());
+    const tf::tensor& corpus = test_corpus();
+    permit_holder hold(f.cpu);
+
+    raw_client a(f.server.port()), b(f.server.port());
+    a.send(search_request(query_near_row(corpus, 10, 0.3, 1), 3));
+    b.send(search_request(query_near_row(corpus, 20, 0.3, 2), 3));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 2; }));
+    hold.release();
+    REQUIRE(eventually([&] { return gate.entered.load(); }));  // both taken, the body held
+
+    a.close();
+    REQUIRE(eventually([&] { return f.engine.snapshot().clients_gone == 1; }));
+    b.close();
+    // The last one gone: the batcher asks the session to stop, the held body
+    // sees it, and the matmul after it throws session_stopped at its start.
+    const bool stopped = eventually([&] { return f.engine.snapshot().stopped_batches == 1; });
+    const bool both = eventually([&] { return f.engine.snapshot().abandoned_taken == 2; });
+    REQUIRE(stopped);
+    CHECK(both);
+    CHECK(gate.stop_seen);
+    const engine_snapshot s = f.engine.snapshot();
+    CHECK(s.stopped_queries == 2);
+    CHECK(s.batched_queries == 0);  // never computed
+    CHECK(s.abandoned_waiting == 0);
+    CHECK(s.batcher.cancelled == 2);  // B7: the items complete `cancelled`
+    CHECK(eventually([&] { return f.server.snapshot().abandoned == 2; }));
+    CHECK(eventually([&] { return f.cpu.stats().available == f.cpu.permits(); }));
+    CHECK(f.cpu.stats().stopped == 1);
+
+    const std::string metrics = f.call(make_request("GET", "/metrics")).body;
+    CHECK(contains(metrics, "tenferro_search_stopped_batches_total 1\n"));
+    CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"taken\"} 2\n"));
+    CHECK(contains(metrics, "tenferro_admission_stopped_total{host=\"cpu\"} 1\n"));
+    // The next batch computes as usual.
+    CHECK(hits_of(f.call(search_request(query_near_row(corpus, 30, 0.3, 3), 3)).body).at(0).index == 30);
+}
+
+TEST_CASE("a batch with one client still waiting runs on, and answers it", "[embedding_search][abandon]") {
+    batch_gate gate;
+    server_fixture f({}, 2, 1000, 8, false, gate.hook());
+    const tf::tensor& corpus = test_corpus();
+    permit_holder hold(f.cpu);
+
+    raw_client a(f.server.port()), b(f.server.port());
+    a.send(search_request(query_near_row(corpus, 10, 0.3, 1), 3));
+    b.send(search_request(query_near_row(corpus, 20, 0.3, 2), 3));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 2; }));
+    hold.release();
+    REQUIRE(eventually([&] { return gate.entered.load(); }));
+    a.close();
+    REQUIRE(eventually([&] { return f.engine.snapshot().clients_gone == 1; }));
+    gate.go = true;
+
+    const auto [status, body] = b.receive();
+    CHECK(status == 200);
+    CHECK(hits_of(body).at(0).index == 20);
+    CHECK_FALSE(gate.stop_seen);
+    CHECK(eventually([&] { return f.engine.snapshot().abandoned_taken == 1; }));
+    const engine_snapshot s = f.engine.snapshot();
+    CHECK(s.stopped_batches == 0);
+    CHECK(s.batched_queries == 2);  // the one that left was computed with its batch
+    CHECK(f.server.snapshot().abandoned == 1);
+    CHECK(f.cpu.stats().stopped == 0);
+}
+
+TEST_CASE("bytes pipelined while a query waits are kept for the next requests", "[embedding_search][abandon]") {
+    server_fixture f({}, 1, 1000, 8);
+    const tf::tensor& corpus = test_corpus();
+    permit_holder hold(f.cpu);
+
+    raw_client c(f.server.port());
+    c.send(search_request(query_near_row(corpus, 77, 0.2, 5), 1));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 1; }));
+    // Two more requests, the second split across writes, while the first waits:
+    // the watch reads them, and they must still be answered, in order.
+    const std::string more = make_request("GET", "/healthz") + search_request(query_near_row(corpus, 88, 0.2, 5), 1);
+    c.send(more.substr(0, more.size() / 2));
+    std::this_thread::sleep_for(20ms);  // (only to make a separate read likely; the outcome does not depend on it)
+    c.send(more.substr(more.size() / 2));
+    hold.release();
+
+    const auto [s1, b1] = c.receive();
+    const auto [s2, b2] = c.receive();
+    const auto [s3, b3] = c.receive();
+    CHECK(s1 == 200);
+    CHECK(hits_of(b1).at(0).index == 77);
+    CHECK(s2 == 200);
+    CHECK(b2 == "{\"status\":\"ok\"}\n");
+    CHECK(s3 == 200);
+    CHECK(hits_of(b3).at(0).index == 88);
+    const server_snapshot s = f.server.snapshot();
+    CHECK(s.abandoned == 0);
+    CHECK(s.requests == 3);
+    CHECK(s.keepalive_reused == 2);
+    CHECK(f.engine.snapshot().clients_gone == 0);
+
+    // Then a full close while idle is an ordinary end of a keep-alive connection.
+    c.close();
+    CHECK(eventually([&] { return f.server.snapshot().connections_open == 0; }));
+    CHECK(f.server.snapshot().abandoned == 0);
+}
+
+TEST_CASE("a client that shuts down its sending side while its query waits is taken as gone",
+          "[embedding_search][abandon]") {
+    server_fixture f({}, 1, 1000, 8);
+    permit_holder hold(f.cpu);
+
+    raw_client c(f.server.port());
+    c.send(search_request(query_near_row(test_corpus(), 5, 0.3, 9), 3));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 1; }));
+    c.shutdown_send();
+    // The end of its stream cannot be told apart from a full close without
+    // writing to it: the query is cancelled and the connection closed unanswered.
+    CHECK(c.closed_without_answer());
+    hold.release();
+    CHECK(f.engine.snapshot().abandoned_waiting == 1);
+    CHECK(eventually([&] { return f.server.snapshot().abandoned == 1; }));
+    CHECK(eventually([&] { return f.cpu.stats().available == f.cpu.permits(); }));
+}
+
+TEST_CASE("notice_closed = false: a query whose client left stays queued and is computed",
+          "[embedding_search][abandon]") {
+    server_options so;
+    so.notice_closed = false;
+    server_fixture f(so, 1, 1000, 8);
+    permit_holder hold(f.cpu);
+
+    raw_client c(f.server.port());
+    c.send(search_request(query_near_row(test_corpus(), 5, 0.3, 9), 3));
+    REQUIRE(eventually([&] { return f.engine.snapshot().batcher.waiting == 1; }));
+    c.close();
+    // (Nothing to wait for: nothing happens. A server that noticed would within a millisecond.)
+    std::this_thread::sleep_for(50ms);
+    CHECK(f.engine.snapshot().batcher.waiting == 1);
+    hold.release();
+    CHECK(eventually([&] { return f.engine.snapshot().batched_queries == 1; }));
+    CHECK(eventually([&] { return f.server.snapshot().connections_open == 0; }));
+    const engine_snapshot s = f.engine.snapshot();
+    CHECK(s.clients_gone == 0);
+    CHECK(s.abandoned_waiting + s.abandoned_taken == 0);
+    CHECK(f.server.snapshot().abandoned == 0);
+}
