@@ -11,6 +11,7 @@
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
+#include "demo_impatient.hpp"
 #include "demo_progress.hpp"
 #include "demo_report.hpp"
 #include "demo_tenants.hpp"
@@ -83,6 +84,7 @@ int run_demo(const demo_options& o) {
                 origin.written ? (", saved to " + path).c_str() : "",
                 origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
     if (o.tenants) return run_tenants_demo(o, corpus, origin, path);
+    if (o.impatient) return run_impatient_demo(o, corpus, origin, path);
 
     const std::vector<std::string> requests = make_requests(corpus, 512, o.k, o.seed);
     trial_setup setup;

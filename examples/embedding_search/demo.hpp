@@ -24,7 +24,18 @@ struct demo_options {
     /// `--tenants`: the two-tenant demo (demo_tenants.hpp) instead of the plain one.
     bool tenants = false;
     std::size_t bulk_connections = 240, interactive_connections = 16;
+    /// `--impatient`: clients that give up (demo_impatient.hpp).
+    bool impatient = false;
+    int client_timeout_ms = 50;     ///< the impatient client's timeout, never told to the server
+    double overload = 2.0;          ///< offered rate / measured capacity
+    double capacity_seconds = 3.0;  ///< the capacity measurement's duration
 };
+
+/// `demo --impatient` defaults, where the flags are not given: per variant,
+/// and a corpus whose full batch (256 queries) is scored well within the
+/// clients' 50 ms on two cores, so that an answer can be in time at all.
+inline constexpr double impatient_default_duration_seconds = 8.0;
+inline constexpr std::int64_t impatient_default_rows = 100'000;
 
 /// `demo --tenants` defaults, where the flags are not given: a corpus and a
 /// duration that keep both variants well under a minute on two cores, and

@@ -27,10 +27,32 @@ void write_latency(json_writer& w, std::string_view key, const histogram_snapsho
     w.end_object();
 }
 
+/// A tick label on the millisecond axis: "100 µs", "10 ms", "1 s".
+std::string axis_label(double ms) {
+    char text[32];
+    if (ms >= 1000.0) {
+        std::snprintf(text, sizeof text, "%g s", ms / 1000.0);
+    } else if (ms < 1.0) {
+        std::snprintf(text, sizeof text, "%g \u00b5s", ms * 1000.0);
+    } else {
+        std::snprintf(text, sizeof text, "%g ms", ms);
+    }
+    return text;
+}
+
+/// About how wide `text` is at font-size 12 (sans-serif averages below 7 px a
+/// character): enough to keep labels apart and inside the picture.
+double text_width(std::string_view text) { return 7.0 * double(text.size()); }
+
 /// A small SVG bar chart of the latency distribution on a logarithmic axis,
-/// with the p50 / p99 / p99.9 marks.
+/// with the p50 / p99 / p99.9 marks. Each mark's label goes right of its line,
+/// or left of it where it would leave the picture, on the highest row where it
+/// overlaps no other label: percentiles close together (p99 and p99.9 often
+/// are) stack instead of writing over each other.
+}  // namespace
+
 std::string latency_svg(const histogram_snapshot& h, const std::string& title) {
-    constexpr double width = 720, height = 300, left = 60, right = 20, top = 40, bottom = 50;
+    constexpr double width = 720, height = 300, left = 60, right = 40, top = 40, bottom = 50;
     const double plot_w = width - left - right, plot_h = height - top - bottom;
     std::string svg;
     auto add = [&svg](const std::string& s) { svg += s; };
@@ -78,28 +100,59 @@ std::string latency_svg(const histogram_snapshot& h, const std::string& title) {
     add(buf);
     for (double d = lo_decade; d <= hi_decade + 1e-9; d += 1) {
         const double ms = std::pow(10.0, d);
+        // Centred under its tick, but kept inside the picture.
+        const std::string label = axis_label(ms);
+        const double half = text_width(label) / 2;
+        const double tx = std::clamp(x_of(ms), half + 2, width - half - 2);
         std::snprintf(buf, sizeof buf,
                       "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"black\"/>"
-                      "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g ms</text>\n",
-                      x_of(ms), top + plot_h, x_of(ms), top + plot_h + 5, x_of(ms), top + plot_h + 20, ms);
+                      "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n",
+                      x_of(ms), top + plot_h, x_of(ms), top + plot_h + 5, tx, top + plot_h + 20, label.c_str());
         add(buf);
     }
+    // The marks' lines first, then their labels over them (each on a white
+    // ground, so a bar or another mark's line behind it does not hide it).
+    struct placed {
+        double x0, x1;
+        int row;
+    };
+    std::vector<placed> taken;
+    std::string labels;
     const std::pair<double, const char*> marks[] = {{0.5, "p50"}, {0.99, "p99"}, {0.999, "p99.9"}};
-    int row = 0;
     for (const auto& [q, name] : marks) {
-        const double ms = h.percentile_ms(q);
+        const double ms = h.percentile_ms(q), x = x_of(ms);
         std::snprintf(buf, sizeof buf,
                       "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#c0392b\" "
-                      "stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%.0f\" fill=\"#c0392b\">%s %.2f ms</text>\n",
-                      x_of(ms), top, x_of(ms), top + plot_h, x_of(ms) + 4, top + 12 + 14 * row++, name, ms);
+                      "stroke-dasharray=\"4 3\"/>\n",
+                      x, top, x, top + plot_h);
         add(buf);
+        char text[64];
+        std::snprintf(text, sizeof text, "%s %.2f ms", name, ms);
+        const double w = text_width(text);
+        const bool right_of_line = x + 4 + w <= width - 2;
+        const double x0 = right_of_line ? x + 4 : x - 4 - w, x1 = x0 + w;
+        int row = 0;
+        for (bool clash = true; clash; row += clash ? 1 : 0) {
+            clash = false;
+            for (const placed& p : taken) clash = clash || (p.row == row && x0 < p.x1 + 6 && p.x0 < x1 + 6);
+        }
+        taken.push_back({x0, x1, row});
+        const double y = top + 12 + 16 * row;
+        std::snprintf(buf, sizeof buf,
+                      "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"15\" fill=\"white\" "
+                      "fill-opacity=\"0.85\"/><text x=\"%.1f\" y=\"%.0f\" fill=\"#c0392b\">%s</text>\n",
+                      x0 - 2, y - 11.5, w + 4, x0, y, text);
+        labels += buf;
     }
+    add(labels);
     std::snprintf(buf, sizeof buf,
                   "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">latency (log scale), %llu requests</text>\n",
                   left + plot_w / 2, height - 8, static_cast<unsigned long long>(h.total));
     add(buf);
     return svg + "</svg>\n";
 }
+
+namespace {
 
 void print_latency_line(const char* label, const histogram_snapshot& h) {
     std::printf("  %-20s p50 %7.2f ms   p90 %7.2f ms   p99 %7.2f ms   p99.9 %7.2f ms\n", label, h.percentile_ms(0.5),

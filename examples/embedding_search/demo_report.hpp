@@ -16,6 +16,10 @@ namespace embedding_search {
 
 double requests_per_second(const load_result& r);
 
+/// The demo's latency chart: an SVG histogram of `h` on a logarithmic axis
+/// with the p50, p99 and p99.9 marks labelled, titled `title`.
+std::string latency_svg(const histogram_snapshot& h, const std::string& title);
+
 /// The `"server"` object: the mode the trial ran.
 void write_mode(json_writer& w, const trial_result& t);
 /// The `"results"` object: what the trial measured.

@@ -3,6 +3,9 @@
 
 #include "demo_trial.hpp"
 
+#include <sys/resource.h>
+#include <sys/time.h>
+
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -52,6 +55,23 @@ std::vector<search_hit> parse_hits(std::string_view body) {
     return hits;
 }
 
+struct cpu_times {
+    double process = 0.0, thread = 0.0;  // user + system seconds
+};
+
+double seconds_of(const rusage& ru) {
+    return double(ru.ru_utime.tv_sec) + double(ru.ru_stime.tv_sec) +
+           (double(ru.ru_utime.tv_usec) + double(ru.ru_stime.tv_usec)) / 1e6;
+}
+
+cpu_times cpu_now() {
+    cpu_times t;
+    rusage ru{};
+    if (getrusage(RUSAGE_SELF, &ru) == 0) t.process = seconds_of(ru);
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) t.thread = seconds_of(ru);
+    return t;
+}
+
 }  // namespace
 
 std::vector<std::string> make_requests(const tf::tensor& corpus, std::size_t count, std::int64_t k, std::uint64_t seed,
@@ -84,6 +104,7 @@ trial_result run_trial(const tf::tensor& corpus, const std::vector<std::string>&
     server_options so;
     so.port = 0;
     so.io_threads = t.mode.io_threads;
+    so.notice_closed = setup.notice_closed;
     search_server server(engine, so);
     server.start();
     t.port = server.port();
@@ -98,9 +119,23 @@ trial_result run_trial(const tf::tensor& corpus, const std::vector<std::string>&
     lo.expected_results = setup.k;
     lo.healthz_interval = std::chrono::milliseconds(setup.healthz_interval_ms);
     lo.tenants = setup.tenants;
+    lo.client_timeout = setup.client_timeout;
+    lo.offered_per_second = setup.offered_per_second;
+    // The server's CPU time: the process's less this thread's, which runs the
+    // load generator (and nothing else) meanwhile; the server's I/O threads,
+    // its compute workers and the library's threads are the rest.
+    const cpu_times cpu_before = cpu_now();
     t.load = run_load(lo, setup.progress);
+    const cpu_times cpu_after = cpu_now();
     const auto window_end = clock_type::now();
     const engine_snapshot after = engine.snapshot();
+    t.load_cpu_seconds = cpu_after.thread - cpu_before.thread;
+    t.server_cpu_seconds = (cpu_after.process - cpu_before.process) - t.load_cpu_seconds;
+    t.computed = after.batched_queries - before.batched_queries;
+    t.abandoned_waiting = after.abandoned_waiting - before.abandoned_waiting;
+    t.abandoned_taken = after.abandoned_taken - before.abandoned_taken;
+    t.stopped_batches = after.stopped_batches - before.stopped_batches;
+    t.queue_head_age = after.queue_head_age.since(before.queue_head_age);
 
     t.admission_wait = after.admission_wait.since(before.admission_wait);
     const double window = std::chrono::duration<double>(window_end - window_start).count();

@@ -3,6 +3,7 @@
 // loopback port under one run of the built-in load generator, what it
 // measured, and the search requests that load sends.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,6 +30,13 @@ struct trial_result {
     double mean_batch = 0.0;
     std::string stats_json;
 
+    // Over the load's window (from its start to its end):
+    double server_cpu_seconds = 0.0;  ///< CPU time of the process less the load generator's thread
+    double load_cpu_seconds = 0.0;    ///< the load generator's thread
+    std::uint64_t computed = 0;       ///< queries computed by batch bodies
+    std::uint64_t abandoned_waiting = 0, abandoned_taken = 0, stopped_batches = 0;
+    histogram_snapshot queue_head_age;  ///< engine_snapshot::queue_head_age
+
     bool sample_ran = false;
     std::int64_t sample_row = 0;
     std::vector<search_hit> sample_hits, sample_reference;
@@ -46,6 +54,11 @@ struct trial_setup {
     /// Connection sets with their own requests (load_options::tenants); empty:
     /// `connections` sending the trial's `requests`.
     std::vector<load_tenant> tenants;
+    /// server_options::notice_closed of the trial's server.
+    bool notice_closed = true;
+    /// Impatient clients: load_options::client_timeout and offered_per_second.
+    std::chrono::milliseconds client_timeout{0};
+    double offered_per_second = 0.0;
 };
 
 /// `count` requests for queries near random corpus rows, each with

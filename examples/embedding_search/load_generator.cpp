@@ -83,6 +83,92 @@ asio::awaitable<void> search_worker(load_state& st, std::size_t id, const std::v
     --st.running;
 }
 
+/// An impatient client: on its schedule, a search it gives up on after
+/// client_timeout, closing the connection (the server is not told why) and
+/// connecting again for the next one. Only answers read before the timeout
+/// count; they are all in time.
+asio::awaitable<void> impatient_worker(load_state& st, std::size_t id, const std::vector<std::string>& requests) {
+    const auto ex = co_await asio::this_coro::executor;
+    http_client client(ex);
+    asio::steady_timer pace(ex), give_up(ex);
+    const load_options& o = st.options;
+    const auto interval = o.offered_per_second > 0
+                              ? std::chrono::duration_cast<clock_type::duration>(
+                                    std::chrono::duration<double>(double(o.connections) / o.offered_per_second))
+                              : clock_type::duration::zero();
+    // Staggered starts, so that the connections do not send in lockstep.
+    auto next = clock_type::now() + interval * std::int64_t(id) / std::int64_t(std::max<std::size_t>(1, o.connections));
+    std::size_t turn = id;
+    // Shared with give_up's handler (on this thread), which may run after an
+    // answer that came at the same moment, or after this frame is gone: it
+    // acts only on the search it was set for.
+    struct attempt_state {
+        std::uint64_t attempt = 0;
+        bool timed_out = false;
+        http_client* client = nullptr;
+    };
+    const auto shared = std::make_shared<attempt_state>();
+    shared->client = &client;
+    while (!st.stop) {
+        if (interval > clock_type::duration::zero()) {
+            pace.expires_at(next);
+            std::error_code ignored;
+            co_await pace.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+            if (st.stop) break;
+            // Behind schedule (the last search took longer): send now, without
+            // a burst to catch up.
+            next = std::max(next + interval, clock_type::now());
+        }
+        try {
+            if (!client.is_open()) {
+                co_await client.connect(o.host, o.port);
+                ++st.result.connects;
+            }
+            const std::string& request = requests[turn++ % requests.size()];
+            const auto sent = clock_type::now();
+            ++st.result.sent;
+            shared->timed_out = false;
+            const std::uint64_t attempt = ++shared->attempt;
+            give_up.expires_at(sent + o.client_timeout);
+            give_up.async_wait([shared, attempt](std::error_code ec) {
+                if (ec || shared->attempt != attempt || shared->client == nullptr) return;  // answered in time
+                shared->timed_out = true;
+                shared->client->close();  // a full close: the pending read ends with operation_aborted
+            });
+            const http_reply reply = co_await client.roundtrip(request);
+            ++shared->attempt;  // its give_up, if already due, does nothing now
+            give_up.cancel();
+            st.last_answer = clock_type::now();
+            if (shared->timed_out) {
+                // Read in the same turn as the timeout fired: the client had
+                // already closed the connection, so it counts as given up.
+                ++st.result.gave_up;
+                continue;
+            }
+            if (reply.status == 200 && valid_search_response(reply.body, o.expected_results)) {
+                ++st.result.ok;
+                st.latency.record(st.last_answer - sent);
+            } else if (reply.status == 503) {
+                ++st.result.shed;
+            } else {
+                st.error("status " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+            }
+            if (!reply.keep_alive) client.close();
+        } catch (const std::exception& e) {
+            ++shared->attempt;
+            give_up.cancel();
+            if (shared->timed_out) {
+                ++st.result.gave_up;
+            } else {
+                st.error(std::string("connection: ") + e.what());
+            }
+            client.close();
+        }
+    }
+    shared->client = nullptr;
+    --st.running;
+}
+
 // One probe per interval on a fixed schedule. A probe that takes longer than
 // the interval also stands for the probes that would have been sent meanwhile:
 // they are recorded too, each with the latency it would have seen (HdrHistogram's
@@ -169,7 +255,12 @@ load_result run_load(const load_options& options, const std::function<void(const
     load_state st{options};
     const auto start = clock_type::now();
     st.last_answer = start;
-    if (options.tenants.empty()) {
+    if (options.client_timeout.count() > 0) {
+        for (std::size_t i = 0; i < options.connections; ++i) {
+            ++st.running;
+            asio::co_spawn(io, impatient_worker(st, i, options.requests), asio::detached);
+        }
+    } else if (options.tenants.empty()) {
         for (std::size_t i = 0; i < options.connections; ++i) {
             ++st.running;
             asio::co_spawn(io, search_worker(st, i, options.requests, 0), asio::detached);
@@ -185,7 +276,7 @@ load_result run_load(const load_options& options, const std::function<void(const
         st.tenant_latency.push_back(std::make_unique<latency_histogram>());
         most = std::max(most, t.connections);
     }
-    for (std::size_t i = 0; i < most; ++i) {
+    for (std::size_t i = 0; i < most && options.client_timeout.count() == 0; ++i) {
         for (std::size_t t = 0; t < options.tenants.size(); ++t) {
             if (i >= options.tenants[t].connections || options.tenants[t].requests.empty()) continue;
             ++st.running;
@@ -199,7 +290,11 @@ load_result run_load(const load_options& options, const std::function<void(const
     asio::co_spawn(io, conductor(st, start, progress), asio::detached);
     io.run();
 
-    st.result.seconds = std::chrono::duration<double>(st.last_answer - start).count();
+    // Impatient clients: over the load's own duration (a last answer may come
+    // well before its end, when all give up).
+    st.result.seconds = std::chrono::duration<double>(options.client_timeout.count() > 0 ? clock_type::now() - start
+                                                                                         : st.last_answer - start)
+                            .count();
     st.result.latency = st.latency.snapshot();
     st.result.healthz = st.healthz.snapshot();
     for (std::size_t t = 0; t < st.result.tenants.size(); ++t)

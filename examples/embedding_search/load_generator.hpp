@@ -35,6 +35,16 @@ struct load_options {
     /// Empty: one anonymous tenant of `connections` sending `requests`.
     /// Otherwise these, and `connections` and `requests` are ignored.
     std::vector<load_tenant> tenants;
+    /// Impatient clients (`demo --impatient`; tenants are then ignored): each
+    /// connection gives up on a search after this long without telling the
+    /// server, closes the connection (a full close) and connects again for its
+    /// next search. 0: every answer is waited for.
+    std::chrono::milliseconds client_timeout{0};
+    /// With client_timeout: searches per second offered by all the connections
+    /// together, each connection sending on its own fixed schedule (one every
+    /// connections / offered seconds, or at once when it is behind: a closed
+    /// loop then). 0: a closed loop.
+    double offered_per_second = 0.0;
 };
 
 /// What one tenant's connections measured.
@@ -51,11 +61,13 @@ struct load_progress {
 };
 
 struct load_result {
-    double seconds = 0.0;  ///< from the first request to the last answer
+    double seconds = 0.0;  ///< from the first request to the last answer (impatient: to the end of the load)
     std::uint64_t ok = 0;      ///< 200 with a well-formed result list
     std::uint64_t shed = 0;    ///< 503
     std::uint64_t errors = 0;  ///< anything else: other statuses, bad bodies, broken connections
     std::uint64_t connects = 0;
+    std::uint64_t gave_up = 0;  ///< searches an impatient client gave up on (load_options::client_timeout)
+    std::uint64_t sent = 0;     ///< searches sent
     std::vector<std::string> error_samples;  ///< the first few errors, for the report
     histogram_snapshot latency;              ///< client-side latency of the 200s
     histogram_snapshot healthz;              ///< client-side latency of the /healthz probes

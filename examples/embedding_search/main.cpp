@@ -289,6 +289,20 @@ int main(int argc, char** argv) {
                      "--tenants: the interactive tenant's connections")
         ->check(whole<std::size_t>(1, 100'000))
         ->capture_default_str();
+    demo->add_flag("--impatient", demo_opts.impatient,
+                   "clients that give up after --client-timeout-ms and reconnect, at --overload times the measured "
+                   "capacity: a server that stops abandoned searches vs one that keeps them, side by side");
+    demo->add_option("--client-timeout-ms", demo_opts.client_timeout_ms,
+                     "--impatient: how long a client waits for an answer (the server is not told)")
+        ->check(whole(1, 60'000))
+        ->capture_default_str();
+    demo->add_option("--overload", demo_opts.overload, "--impatient: offered searches / the measured capacity")
+        ->check(CLI::Range(0.1, 100.0))
+        ->capture_default_str();
+    demo->add_option("--capacity-duration", demo_opts.capacity_seconds,
+                     "--impatient: seconds of the closed-loop run that measures the capacity")
+        ->check(seconds_validator)
+        ->capture_default_str();
 
     bench_options bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");
@@ -329,6 +343,14 @@ int main(int argc, char** argv) {
 
     try {
         if (demo->parsed()) {
+            if (demo_opts.tenants && demo_opts.impatient) {
+                std::fprintf(stderr, "tenferro-search: demo: give --tenants or --impatient, not both\n");
+                return 2;
+            }
+            if (demo_opts.impatient) {
+                if (demo->count("--duration") == 0) demo_opts.duration_seconds = impatient_default_duration_seconds;
+                if (demo->count("--rows") == 0) demo_opts.rows = impatient_default_rows;
+            }
             if (demo_opts.tenants) {
                 if (demo->count("--rows") == 0) demo_opts.rows = tenants_default_rows;
                 if (demo->count("--duration") == 0) demo_opts.duration_seconds = tenants_default_duration_seconds;

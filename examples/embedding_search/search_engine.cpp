@@ -265,6 +265,7 @@ std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s
         admission_wait_.record(started - q.entered);
         if (q.watch) q.watch->taken.store(true, std::memory_order_relaxed);
     }
+    if (!batch.empty()) queue_head_age_.record(started - batch.front().entered);  // in submission order
     sessions_.fetch_add(1, std::memory_order_relaxed);
     try {
         if (options_.on_batch_start) options_.on_batch_start(s);
@@ -336,6 +337,7 @@ engine_snapshot search_engine::snapshot() const {
     engine_snapshot s;
     s.admission_wait = admission_wait_.snapshot();
     s.batch_compute = batch_compute_.snapshot();
+    s.queue_head_age = queue_head_age_.snapshot();
     for (std::size_t g = 0; g < batchers_.size(); ++g) {
         const tf::batch_stats b = batchers_[g]->stats();
         s.batcher.submitted += b.submitted;

@@ -74,7 +74,7 @@ struct engine_options {
     /// Called at the start of every batch body, on the thread that runs it,
     /// after its queries are taken and before the matmul. For tests: it can
     /// hold a batch still while they arrange what happens meanwhile.
-    std::function<void(tenferro::backend_session&)> on_batch_start;
+    std::function<void(tenferro::backend_session&)> on_batch_start{};
 };
 
 /// How one run of the server is set up.
@@ -149,6 +149,9 @@ struct group_snapshot {
 struct engine_snapshot {
     histogram_snapshot admission_wait;  ///< entry initiated -> its session body started
     histogram_snapshot batch_compute;   ///< one session's matmul + top_k
+    /// The age of each batch's oldest query (its first) when its body started:
+    /// how old the head of the queue is when it is served.
+    histogram_snapshot queue_head_age;
     std::uint64_t sessions = 0;         ///< session bodies that ran
     std::uint64_t batches = 0;          ///< sessions that computed at least one query
     std::uint64_t batched_queries = 0;  ///< queries computed
@@ -261,6 +264,7 @@ private:
 
     latency_histogram admission_wait_;
     latency_histogram batch_compute_;
+    latency_histogram queue_head_age_;
     std::atomic<std::uint64_t> sessions_{0}, batched_queries_{0}, shed_{0};
     std::atomic<std::uint64_t> clients_gone_{0}, abandoned_waiting_{0}, abandoned_taken_{0}, stopped_batches_{0},
         stopped_queries_{0};

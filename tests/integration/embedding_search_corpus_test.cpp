@@ -31,8 +31,10 @@
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
+#include "demo_report.hpp"
 #include "http_client.hpp"
 #include "json_writer.hpp"
+#include "latency_histogram.hpp"
 #include "run_blocking.hpp"
 #include "search_engine.hpp"
 
@@ -365,4 +367,80 @@ TEST_CASE("demo --tenants runs FIFO and groups side by side and writes its repor
     CHECK(variants.at(0).value()["variant"].get_string().value() == "fifo");
     CHECK(variants.at(1).value()["groups"].get_array().value().size() == 2);
     CHECK(std::filesystem::exists(dir.path / "embedding_search_tenants.svg"));
+}
+
+TEST_CASE("demo --impatient runs both servers side by side and writes its report", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    temp_dir dir;
+    const process_result r = run_search_binary(
+        binary,
+        {"demo", "--impatient", "--rows", "2000", "--dim", "16", "--duration", "0.5", "--capacity-duration", "0.3",
+         "--connections", "8", "--no-progress", "--data-dir", dir.path.string()},
+        60s);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    std::FILE* f = std::fopen((dir.path / "embedding_search_impatient.json").c_str(), "rb");
+    REQUIRE(f != nullptr);
+    std::string json;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+    std::fclose(f);
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    REQUIRE_FALSE(parser.parse(json).get(doc));
+    CHECK(doc["capacity"]["requests_per_s"].get_double().value() > 0);
+    CHECK(doc["load"]["client_timeout_ms"].get_int64().value() == 50);
+    simdjson::dom::array variants;
+    REQUIRE_FALSE(doc["variants"].get_array().get(variants));
+    REQUIRE(variants.size() == 2);
+    CHECK(variants.at(0).value()["variant"].get_string().value() == "keep");
+    CHECK_FALSE(variants.at(0).value()["notice_closed"].get_bool().value());
+    CHECK(variants.at(1).value()["variant"].get_string().value() == "stop");
+    CHECK(variants.at(1).value()["notice_closed"].get_bool().value());
+    for (const simdjson::dom::element v : variants) {
+        CHECK(v["sent"].get_uint64().value() > 0);
+        CHECK(v["errors"].get_uint64().value() == 0);
+        CHECK(v["server_cpu_s"].get_double().value() > 0);
+    }
+    CHECK(variants.at(1).value()["delivered_in_time"].get_uint64().value() > 0);
+    CHECK(std::filesystem::exists(dir.path / "embedding_search_impatient.svg"));
+}
+
+TEST_CASE("the latency chart keeps its labels inside the picture and apart", "[embedding_search]") {
+    // p50 and p99 close together near the top of the range, p99.9 at its end:
+    // the case where the marks' labels used to overlap and the last axis label
+    // ("1000 ms") was cut off.
+    latency_histogram h;
+    for (int i = 0; i < 900; ++i) h.record(std::chrono::microseconds(300'000 + 50 * i));
+    for (int i = 0; i < 95; ++i) h.record(std::chrono::microseconds(360'000));
+    for (int i = 0; i < 5; ++i) h.record(std::chrono::microseconds(900'000));
+    const std::string svg = latency_svg(h.snapshot(), "test");
+    CHECK(svg.find("1000 ms") == std::string::npos);
+    CHECK(svg.find(">1 s</text>") != std::string::npos);
+
+    // Every label box (the white ground behind a mark's text): inside the
+    // picture's 720 px, and no two of them overlapping.
+    struct box {
+        double x0, x1, y0;
+    };
+    std::vector<box> boxes;
+    for (std::size_t at = 0; (at = svg.find("fill=\"white\" fill-opacity", at)) != std::string::npos; ++at) {
+        const std::size_t start = svg.rfind("<rect", at);
+        double x = 0, y = 0, w = 0;
+        REQUIRE(std::sscanf(svg.c_str() + start, "<rect x=\"%lf\" y=\"%lf\" width=\"%lf\"", &x, &y, &w) == 3);
+        boxes.push_back({x, x + w, y});
+    }
+    REQUIRE(boxes.size() == 3);
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+        CHECK(boxes[i].x0 >= 0);
+        CHECK(boxes[i].x1 <= 720);
+        for (std::size_t j = 0; j < i; ++j) {
+            const bool apart = boxes[i].y0 != boxes[j].y0 || boxes[i].x1 <= boxes[j].x0 || boxes[j].x1 <= boxes[i].x0;
+            CHECK(apart);
+        }
+    }
 }

@@ -1,0 +1,327 @@
+// The impatient-clients demo (demo_impatient.hpp).
+
+#include "demo_impatient.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "demo_progress.hpp"
+#include "demo_report.hpp"
+#include "demo_tenants.hpp"
+#include "demo_trial.hpp"
+#include "json_writer.hpp"
+
+namespace tf = tenferro;
+namespace fs = std::filesystem;
+
+namespace embedding_search {
+
+namespace {
+
+struct variant_run {
+    std::string name;   // "keep" or "stop"
+    std::string label;  // for people
+    trial_result trial;
+
+    double seconds() const { return trial.load.seconds > 0 ? trial.load.seconds : 1.0; }
+    double delivered_per_s() const { return double(trial.load.ok) / seconds(); }
+    double offered_per_s() const { return double(trial.load.sent) / seconds(); }
+    double computed_per_s() const { return double(trial.computed) / seconds(); }
+    /// Computed answers no client received: every delivered answer was
+    /// computed, so the rest of the computed ones went to clients that had left.
+    double unreceived_share() const {
+        return trial.computed
+                   ? double(trial.computed - std::min(trial.computed, trial.load.ok)) / double(trial.computed)
+                   : 0.0;
+    }
+    /// Infinite when nothing was delivered (null in the JSON).
+    double cpu_ms_per_delivered() const {
+        return trial.load.ok ? 1e3 * trial.server_cpu_seconds / double(trial.load.ok)
+                             : std::numeric_limits<double>::infinity();
+    }
+};
+
+void write_variant(json_writer& w, const variant_run& v) {
+    const trial_result& t = v.trial;
+    w.begin_object().field("variant", v.name).field("notice_closed", v.name == "stop");
+    w.field("seconds", t.load.seconds);
+    w.field("sent", t.load.sent).field("offered_per_s", v.offered_per_s());
+    w.field("delivered_in_time", t.load.ok).field("delivered_in_time_per_s", v.delivered_per_s());
+    w.field("gave_up", t.load.gave_up).field("shed_503", t.load.shed).field("errors", t.load.errors);
+    w.field("connects", t.load.connects);
+    w.field("computed", t.computed).field("computed_per_s", v.computed_per_s());
+    w.field("computed_unreceived_share", v.unreceived_share());
+    w.field("server_cpu_s", t.server_cpu_seconds).field("load_generator_cpu_s", t.load_cpu_seconds);
+    w.field("server_cpu_ms_per_delivered", v.cpu_ms_per_delivered());
+    w.field("abandoned_waiting", t.abandoned_waiting).field("abandoned_taken", t.abandoned_taken);
+    w.field("stopped_batches", t.stopped_batches);
+    w.field("mean_batch", t.mean_batch).field("permit_utilisation", t.utilisation);
+    w.key("queue_head_age_ms").begin_object();
+    w.field("count", t.queue_head_age.total).field("p50", t.queue_head_age.percentile_ms(0.5));
+    w.field("p90", t.queue_head_age.percentile_ms(0.9)).field("p99", t.queue_head_age.percentile_ms(0.99));
+    w.field("max", double(t.queue_head_age.max_ns) / 1e6);
+    w.end_object();
+    w.key("delivered_latency_ms").begin_object();
+    w.field("p50", t.load.latency.percentile_ms(0.5)).field("p99", t.load.latency.percentile_ms(0.99));
+    w.end_object();
+    w.key("error_samples").begin_array();
+    for (const auto& e : t.load.error_samples) w.value(e);
+    w.end_array();
+    w.key("server_stats").raw(t.stats_json.empty() ? "null" : t.stats_json);
+    w.end_object();
+}
+
+std::string escape_xml(std::string_view s) {
+    std::string out;
+    for (const char c : s) {
+        switch (c) {
+        case '&':
+            out += "&amp;";
+            break;
+        case '<':
+            out += "&lt;";
+            break;
+        case '>':
+            out += "&gt;";
+            break;
+        default:
+            out += c;
+        }
+    }
+    return out;
+}
+
+/// Four panels side by side, one figure each, two bars per panel (the server
+/// that keeps abandoned searches, the one that stops them), each bar's value
+/// above it: linear scales from 0, so the bars compare by length.
+std::string impatient_svg(const std::vector<variant_run>& runs, const std::string& title, const std::string& subtitle) {
+    constexpr double width = 900, height = 380, left = 20, right = 20, top = 92, bottom = 64, gap = 36;
+    struct panel {
+        const char* name;
+        const char* unit;
+        double (*value)(const variant_run&);
+        const char* format;
+    };
+    const panel panels[] = {
+        {"delivered in time", "answers/s", [](const variant_run& v) { return v.delivered_per_s(); }, "%.0f"},
+        {"computed, no client received", "% of computed",
+         [](const variant_run& v) { return 100.0 * v.unreceived_share(); }, "%.1f %%"},
+        {"server CPU per delivered answer", "ms", [](const variant_run& v) { return v.cpu_ms_per_delivered(); },
+         "%.2f"},
+        {"queue head's age when served", "ms, p50",
+         [](const variant_run& v) { return v.trial.queue_head_age.percentile_ms(0.5); }, "%.0f"},
+    };
+    constexpr int n_panels = int(std::size(panels));
+    const double panel_w = (width - left - right - gap * (n_panels - 1)) / n_panels, plot_h = height - top - bottom;
+    const char* colours[] = {"#c0392b", "#2e6da4"};
+    std::string svg;
+    char buf[800];
+    std::snprintf(buf, sizeof buf,
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+                  "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" "
+                  "y=\"22\" font-size=\"14\">%s</text>\n<text x=\"%.0f\" y=\"40\">%s</text>\n",
+                  width, height, left, escape_xml(title).c_str(), left, escape_xml(subtitle).c_str());
+    svg += buf;
+    // The legend: one swatch per variant.
+    double lx = left;
+    for (std::size_t i = 0; i < runs.size() && i < 2; ++i) {
+        std::snprintf(buf, sizeof buf,
+                      "<rect x=\"%.0f\" y=\"50\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%.0f\" "
+                      "y=\"60\">%s</text>\n",
+                      lx, colours[i], lx + 16, escape_xml(runs[i].label).c_str());
+        svg += buf;
+        lx += 24 + 7.0 * double(runs[i].label.size());
+    }
+    for (int p = 0; p < n_panels; ++p) {
+        const double x0 = left + p * (panel_w + gap), base = top + plot_h;
+        double hi = 0;
+        for (const variant_run& v : runs) {
+            if (std::isfinite(panels[p].value(v))) hi = std::max(hi, panels[p].value(v));
+        }
+        if (hi <= 0) hi = 1;
+        hi *= 1.18;  // room for the value over the tallest bar
+        const double bar_w = panel_w / 2 * 0.62;
+        for (std::size_t i = 0; i < runs.size() && i < 2; ++i) {
+            const double value = panels[p].value(runs[i]);
+            const double h = std::isfinite(value) ? plot_h * value / hi : 0.0;
+            const double x = x0 + panel_w / 2 * double(i) + (panel_w / 2 - bar_w) / 2;
+            char text[64];
+            if (std::isfinite(value)) {
+                std::snprintf(text, sizeof text, panels[p].format, value);
+            } else {
+                std::snprintf(text, sizeof text, "none delivered");
+            }
+            std::snprintf(buf, sizeof buf,
+                          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/><text x=\"%.1f\" "
+                          "y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                          x, base - h, bar_w, h, colours[i], x + bar_w / 2, base - h - 5, text);
+            svg += buf;
+        }
+        std::snprintf(buf, sizeof buf,
+                      "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"black\"/>\n<text x=\"%.1f\" "
+                      "y=\"%.0f\" text-anchor=\"middle\" font-weight=\"bold\">%s</text>\n<text x=\"%.1f\" y=\"%.0f\" "
+                      "text-anchor=\"middle\">%s</text>\n",
+                      x0, base, x0 + panel_w, base, x0 + panel_w / 2, base + 20, panels[p].name, x0 + panel_w / 2,
+                      base + 36, panels[p].unit);
+        svg += buf;
+    }
+    return svg + "</svg>\n";
+}
+
+}  // namespace
+
+int run_impatient_demo(const demo_options& o, const tf::tensor& corpus, const corpus_origin& origin,
+                       const std::string& corpus_path) {
+    const std::string cpu = cpu_model_name();
+    const std::vector<std::string> requests = make_requests(corpus, 512, o.k, o.seed);
+    server_mode mode = o.mode;
+    mode.inline_compute = false;
+
+    // Capacity, as the plain demo measures it: patient keep-alive connections
+    // in a closed loop, so that the server is never idle.
+    trial_setup patient;
+    patient.connections = o.connections;
+    patient.duration_seconds = o.capacity_seconds;
+    patient.k = o.k;
+    patient.healthz_interval_ms = 0;
+    patient.seed = o.seed;
+    std::printf("  capacity   %zu patient keep-alive connections, closed loop, %.0f s ...\n", o.connections,
+                o.capacity_seconds);
+    std::fflush(stdout);
+    const trial_result capacity_run = run_trial(corpus, requests, mode, patient);
+    const double capacity = requests_per_second(capacity_run.load);
+    const double offered = o.overload * capacity;
+    std::printf("             %.0f req/s (p50 %.1f ms, p99 %.1f ms, mean batch %.1f)\n", capacity,
+                capacity_run.load.latency.percentile_ms(0.5), capacity_run.load.latency.percentile_ms(0.99),
+                capacity_run.mean_batch);
+    std::printf(
+        "  load       %zu impatient connections offering %.0f searches/s (%.1fx capacity) for %.0f s per variant;\n"
+        "             each gives up after %d ms without telling the server, closes and reconnects; %s\n",
+        o.connections, offered, o.overload, o.duration_seconds, o.client_timeout_ms, cpu.c_str());
+    std::fflush(stdout);
+
+    std::vector<variant_run> runs;
+    for (const bool notice : {false, true}) {
+        trial_setup setup;
+        setup.connections = o.connections;
+        setup.duration_seconds = o.duration_seconds;
+        setup.k = o.k;
+        setup.healthz_interval_ms = 0;
+        setup.seed = o.seed;
+        setup.notice_closed = notice;
+        setup.client_timeout = std::chrono::milliseconds(o.client_timeout_ms);
+        setup.offered_per_second = offered;
+        progress_bar bar(o.progress);
+        setup.progress = [&bar](const load_progress& p) { bar(p); };
+        const std::string label = notice ? "notices closed connections, stops their searches"
+                                         : "keeps abandoned searches (--keep-abandoned, before issue 46)";
+        std::printf("  running    %s ...\n", label.c_str());
+        std::fflush(stdout);
+        trial_result t = run_trial(corpus, requests, mode, setup);
+        bar.finish();
+        runs.push_back({notice ? "stop" : "keep", label, std::move(t)});
+    }
+    const variant_run& keep = runs[0];
+    const variant_run& stop = runs[1];
+
+    std::printf("\n%-44s %14s %14s %8s\n", "", "keep abandoned", "stop them", "ratio");
+    const auto row = [](const char* what, double a, double b, const char* format) {
+        char x[32], y[32];
+        std::snprintf(x, sizeof x, format, a);
+        std::snprintf(y, sizeof y, format, b);
+        if (!std::isfinite(a)) std::snprintf(x, sizeof x, "none delivered");
+        if (!std::isfinite(b)) std::snprintf(y, sizeof y, "none delivered");
+        if (a > 0 && std::isfinite(a) && std::isfinite(b)) {
+            std::printf("%-44s %14s %14s %7.2fx\n", what, x, y, b / a);
+        } else {
+            std::printf("%-44s %14s %14s %8s\n", what, x, y, "-");
+        }
+    };
+    row("searches sent /s", keep.offered_per_s(), stop.offered_per_s(), "%.0f");
+    row("answers delivered in time /s", keep.delivered_per_s(), stop.delivered_per_s(), "%.0f");
+    row("given up by the client /s", double(keep.trial.load.gave_up) / keep.seconds(),
+        double(stop.trial.load.gave_up) / stop.seconds(), "%.0f");
+    row("503 (queue full) /s", double(keep.trial.load.shed) / keep.seconds(),
+        double(stop.trial.load.shed) / stop.seconds(), "%.0f");
+    row("answers computed /s", keep.computed_per_s(), stop.computed_per_s(), "%.0f");
+    row("computed answers no client received (%)", 100.0 * keep.unreceived_share(), 100.0 * stop.unreceived_share(),
+        "%.1f");
+    row("server CPU per delivered answer (ms)", keep.cpu_ms_per_delivered(), stop.cpu_ms_per_delivered(), "%.3f");
+    row("server CPU (s)", keep.trial.server_cpu_seconds, stop.trial.server_cpu_seconds, "%.2f");
+    row("queue head's age when served, p50 (ms)", keep.trial.queue_head_age.percentile_ms(0.5),
+        stop.trial.queue_head_age.percentile_ms(0.5), "%.1f");
+    row("queue head's age when served, p99 (ms)", keep.trial.queue_head_age.percentile_ms(0.99),
+        stop.trial.queue_head_age.percentile_ms(0.99), "%.1f");
+    row("delivered answers' latency, p50 (ms)", keep.trial.load.latency.percentile_ms(0.5),
+        stop.trial.load.latency.percentile_ms(0.5), "%.1f");
+    row("mean batch", keep.trial.mean_batch, stop.trial.mean_batch, "%.1f");
+    std::printf("%-44s %14llu %14llu\n", "abandoned while waiting / taken",
+                static_cast<unsigned long long>(keep.trial.abandoned_waiting + keep.trial.abandoned_taken),
+                static_cast<unsigned long long>(stop.trial.abandoned_waiting + stop.trial.abandoned_taken));
+    std::printf("%-44s %14s %7llu / %llu\n", "  (waiting / taken, stopping server)", "",
+                static_cast<unsigned long long>(stop.trial.abandoned_waiting),
+                static_cast<unsigned long long>(stop.trial.abandoned_taken));
+    std::printf("%-44s %14llu %14llu\n", "batches stopped (every query gone)",
+                static_cast<unsigned long long>(keep.trial.stopped_batches),
+                static_cast<unsigned long long>(stop.trial.stopped_batches));
+
+    const double delivered_ratio = keep.delivered_per_s() > 0 ? stop.delivered_per_s() / keep.delivered_per_s() : 0.0;
+    const double cpu_ratio =
+        keep.cpu_ms_per_delivered() > 0 ? stop.cpu_ms_per_delivered() / keep.cpu_ms_per_delivered() : 0.0;
+    const bool delivered_target = keep.delivered_per_s() > 0 ? delivered_ratio >= 1.5 : stop.delivered_per_s() > 0;
+    const bool cpu_target = keep.cpu_ms_per_delivered() > 0 ? cpu_ratio <= 0.5 : stop.delivered_per_s() > 0;
+    std::printf("\ntargets: delivered in time >= 1.5x: %s; CPU per delivered answer <= 0.5x: %s\n",
+                delivered_target ? "PASS" : "MISS", cpu_target ? "PASS" : "MISS");
+    std::printf(
+        "(Under FIFO a client timeout the server is never told keeps the head of the queue near that timeout:\n"
+        " the searches older than it are gone, and what is served first is what has the least time left.)\n");
+
+    std::uint64_t errors = 0;
+    for (const variant_run& v : runs) {
+        errors += v.trial.load.errors;
+        for (const auto& e : v.trial.load.error_samples) std::printf("  %s: %s\n", v.name.c_str(), e.c_str());
+    }
+    if (errors) std::printf("errors during the load: %llu\n", static_cast<unsigned long long>(errors));
+
+    json_writer w;
+    w.begin_object().field("cpu", cpu);
+    w.key("corpus").begin_object().field("rows", o.rows).field("dim", o.dim).field("seed", o.seed);
+    w.field("source", origin.generated ? "generated" : "file").field("path", corpus_path).end_object();
+    w.key("server").begin_object().field("permits", capacity_run.permits).field("io_threads", mode.io_threads);
+    w.field("max_batch", capacity_run.mode.max_batch).field("max_waiters", mode.max_waiters);
+    w.field("compute_nice", mode.compute_nice).end_object();
+    w.key("capacity").begin_object().field("connections", o.connections).field("duration_s", o.capacity_seconds);
+    w.field("requests_per_s", capacity).field("mean_batch", capacity_run.mean_batch);
+    w.field("p50_ms", capacity_run.load.latency.percentile_ms(0.5));
+    w.field("p99_ms", capacity_run.load.latency.percentile_ms(0.99)).end_object();
+    w.key("load").begin_object().field("connections", o.connections).field("duration_s", o.duration_seconds);
+    w.field("client_timeout_ms", o.client_timeout_ms).field("overload", o.overload);
+    w.field("offered_per_s", offered).field("k", o.k).end_object();
+    w.key("variants").begin_array();
+    for (const variant_run& v : runs) write_variant(w, v);
+    w.end_array();
+    w.key("ratios").begin_object().field("delivered_in_time", delivered_ratio);
+    w.field("cpu_per_delivered", cpu_ratio).end_object();
+    w.end_object();
+    const fs::path json_path = fs::path(o.data_dir) / "embedding_search_impatient.json";
+    const fs::path svg_path = fs::path(o.data_dir) / "embedding_search_impatient.svg";
+    std::ofstream(json_path) << w.str() << '\n';
+    char subtitle[240];
+    std::snprintf(subtitle, sizeof subtitle,
+                  "%zu connections offering %.0f searches/s (%.1fx the measured %.0f/s), client timeout %d ms; %s",
+                  o.connections, offered, o.overload, capacity, o.client_timeout_ms, cpu.c_str());
+    std::ofstream(svg_path) << impatient_svg(runs, "tenferro-search demo --impatient: clients that give up", subtitle);
+    std::printf("\nreport: %s\n        %s\n", json_path.string().c_str(), svg_path.string().c_str());
+
+    const bool ok = errors == 0 && stop.trial.load.ok > 0;
+    if (!ok) std::printf("\ndemo FAILED: %s\n", errors ? "errors during the load" : "no answer was delivered in time");
+    return ok ? 0 : 1;
+}
+
+}  // namespace embedding_search
