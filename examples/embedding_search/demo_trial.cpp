@@ -132,6 +132,7 @@ trial_result run_trial(const tf::tensor& corpus, const std::vector<std::string>&
     t.load_cpu_seconds = cpu_after.thread - cpu_before.thread;
     t.server_cpu_seconds = (cpu_after.process - cpu_before.process) - t.load_cpu_seconds;
     t.computed = after.batched_queries - before.batched_queries;
+    t.batches = after.batches - before.batches;
     t.abandoned_waiting = after.abandoned_waiting - before.abandoned_waiting;
     t.abandoned_taken = after.abandoned_taken - before.abandoned_taken;
     t.stopped_batches = after.stopped_batches - before.stopped_batches;

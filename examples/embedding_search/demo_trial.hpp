@@ -34,6 +34,7 @@ struct trial_result {
     double server_cpu_seconds = 0.0;  ///< CPU time of the process less the load generator's thread
     double load_cpu_seconds = 0.0;    ///< the load generator's thread
     std::uint64_t computed = 0;       ///< queries computed by batch bodies
+    std::uint64_t batches = 0;  ///< batch bodies that ran (stopped ones included)
     std::uint64_t abandoned_waiting = 0, abandoned_taken = 0, stopped_batches = 0;
     histogram_snapshot queue_head_age;  ///< engine_snapshot::queue_head_age
 

@@ -347,10 +347,8 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "tenferro-search: demo: give --tenants or --impatient, not both\n");
                 return 2;
             }
-            if (demo_opts.impatient) {
-                if (demo->count("--duration") == 0) demo_opts.duration_seconds = impatient_default_duration_seconds;
-                if (demo->count("--rows") == 0) demo_opts.rows = impatient_default_rows;
-            }
+            if (demo_opts.impatient && demo->count("--duration") == 0)
+                demo_opts.duration_seconds = impatient_default_duration_seconds;
             if (demo_opts.tenants) {
                 if (demo->count("--rows") == 0) demo_opts.rows = tenants_default_rows;
                 if (demo->count("--duration") == 0) demo_opts.duration_seconds = tenants_default_duration_seconds;
