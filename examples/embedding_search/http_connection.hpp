@@ -2,9 +2,11 @@
 // The socket side of the HTTP/1.1 server: one keep-alive connection reading
 // requests (parsed strictly, http_request_parser.hpp), writing responses,
 // answering `Expect: 100-continue`, enforcing the idle and request timeouts and
-// the body limit, and closing on a framing error or a drain. What a request is
-// answered with is its owner's business (`connection_owner::handle`); the
-// connection knows no routes.
+// the body limit, and closing on a framing error or a drain. While a request is
+// answered it keeps reading (keeping what arrives), so that a client that
+// leaves is noticed and its request's work cancelled (connection_limits::
+// notice_closed). What a request is answered with is its owner's business
+// (`connection_owner::handle`); the connection knows no routes.
 
 #include <array>
 #include <atomic>
