@@ -20,21 +20,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <string>
+
+#include "cpu_model.hpp"
 
 namespace tf = tenferro;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-std::string cpu_name() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
-}
 
 asio::awaitable<int> one_hop_body(tf::backend_session&) {
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
@@ -92,7 +85,7 @@ int main(int argc, char** argv) {
         }
     }
     tf::cpu_backend cpu({.permits = 2});
-    const std::string cpu_model = cpu_name();
+    const std::string cpu_model = tenferro::bench::cpu_model_name();
     std::printf("CPU: %s; %d rounds of %ld entries, best round each\n", cpu_model.c_str(), rounds, entries);
     std::printf("%-10s %14s %14s %10s\n", "placement", "plain ns", "stoppable ns", "ratio");
     std::FILE* out = json != nullptr ? std::fopen(json, "w") : nullptr;

@@ -35,6 +35,7 @@
 
 #include <CLI/CLI.hpp>
 #include <tenferro/tenferro.hpp>
+#include "cpu_model.hpp"
 #include "kernels/hwy_control.hpp"
 
 #include "batching_load.hpp"
@@ -75,17 +76,6 @@ struct options {
     std::vector<double> loads{0.10, 0.50, 0.90, 1.20};
     std::string report_path, svg_path;
 };
-
-std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);) {
-        if (line.rfind("model name", 0) == 0) {
-            const auto colon = line.find(':');
-            return colon == std::string::npos ? line : line.substr(line.find_first_not_of(' ', colon + 1));
-        }
-    }
-    return "unknown";
-}
 
 std::string load_average() {
     std::ifstream in("/proc/loadavg");
@@ -207,7 +197,8 @@ void print_errors(const char* what, const policy& p, std::uint64_t errors, const
 
 int run(const options& o) {
     std::printf("tenferro-bench-batching\n");
-    std::printf("cpu: %s (%u hardware threads)\n", cpu_model().c_str(), std::thread::hardware_concurrency());
+    std::printf("cpu: %s (%u hardware threads)\n", tenferro::bench::cpu_model_name().c_str(),
+                std::thread::hardware_concurrency());
     std::printf("highway target: %s\n", highway_target());
     std::printf("load average at start: %s\n", load_average().c_str());
     std::printf(
@@ -218,7 +209,7 @@ int run(const options& o) {
     std::fflush(stdout);
 
     report rep;
-    rep.cpu = cpu_model();
+    rep.cpu = tenferro::bench::cpu_model_name();
     rep.highway = highway_target();
     rep.load_start = load_average();
     rep.rows = o.rows;

@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -28,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_model.hpp"
 #include "cpu_session_fixture.hpp"
 #include "hwy_target_select.hpp"
 
@@ -51,14 +51,6 @@ struct workload {
     const char* name;
     std::function<void(tf::backend_session&)> run;
 };
-
-std::string cpu_name() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
-}
 
 }  // namespace
 
@@ -95,7 +87,7 @@ int main(int argc, char** argv) {
         {"matmul_top_k 256 x 100k d=256", [&](tf::backend_session& s) { (void)s.matmul_top_k(q, corpus_t, 10); }},
     };
 
-    std::printf("stop latency (S20); CPU %s; Highway target %s; %d rounds\n", cpu_name().c_str(),
+    std::printf("stop latency (S20); CPU %s; Highway target %s; %d rounds\n", tenferro::bench::cpu_model_name().c_str(),
                 tf::bench::dispatched_highway_target(), rounds);
     std::printf("%-32s %7s %10s %10s %10s %10s %9s\n", "operation", "permits", "op ms", "lat med", "lat max",
                 "stoppable", "ratio");
@@ -153,8 +145,9 @@ int main(int argc, char** argv) {
                              "\"%s\", \"permits\": %zu, \"op_ms\": %.4f, \"latency_median_ms\": %.4f, "
                              "\"latency_max_ms\": %.4f, \"stopped\": %zu, \"rounds\": %d, \"stoppable_op_ms\": %.4f, "
                              "\"overhead_ratio\": %.4f}\n",
-                             cpu_name().c_str(), tf::bench::dispatched_highway_target(), w.name, permits, best_plain,
-                             med, max, lat.size(), rounds, best_stoppable, best_stoppable / best_plain);
+                             tenferro::bench::cpu_model_name().c_str(), tf::bench::dispatched_highway_target(), w.name,
+                             permits, best_plain, med, max, lat.size(), rounds, best_stoppable,
+                             best_stoppable / best_plain);
         }
     }
     if (out != nullptr) std::fclose(out);

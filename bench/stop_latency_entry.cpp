@@ -38,7 +38,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -57,6 +56,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "cpu_model.hpp"
 #include "hwy_target_select.hpp"
 
 namespace tf = tenferro;
@@ -69,14 +69,6 @@ double ms(clock_type::duration d) { return std::chrono::duration<double, std::mi
 tf::tensor filled(std::int64_t rows, std::int64_t cols, float value) {
     const std::vector<float> v(static_cast<std::size_t>(rows * cols), value);
     return tf::tensor::from(std::span<const float>(v), {rows, cols});
-}
-
-std::string cpu_name() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
 }
 
 struct workload {
@@ -157,7 +149,7 @@ int main(int argc, char** argv) {
     std::printf(
         "entry stop latency (S20): request to the entry's completion; CPU %s; Highway target %s; %zu permits; "
         "%d rounds\n",
-        cpu_name().c_str(), tf::bench::dispatched_highway_target(), permits, rounds);
+        tenferro::bench::cpu_model_name().c_str(), tf::bench::dispatched_highway_target(), permits, rounds);
     std::printf("%-38s %-8s %5s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "operation", "place", "reps", "op ms",
                 "body ms", "p50 ms", "p99 ms", "max ms", "req p50", "req p99", "throw p50", "throw p99", "counted");
     std::mt19937 rng(12345);
@@ -300,9 +292,9 @@ int main(int argc, char** argv) {
                     "\"latency_p99_ms\": %.4f, \"latency_max_ms\": %.4f, \"request_p50_ms\": %.4f, \"request_p99_ms\": "
                     "%.4f, \"throw_p50_ms\": %.4f, \"throw_p99_ms\": %.4f, \"counted\": %d, \"ended_first\": "
                     "%d, \"wrong_outcome\": %d, \"rounds\": %d}\n",
-                    cpu_name().c_str(), tf::bench::dispatched_highway_target(), w.family, w.name, place,
-                    where == tf::placement::compute ? "emit terminal" : "deadline", permits, w.reps, body_ms / w.reps,
-                    body_ms, p50, p99, mx, l50, l99, k50, k99, counted, ended_first, wrong, rounds);
+                    tenferro::bench::cpu_model_name().c_str(), tf::bench::dispatched_highway_target(), w.family, w.name,
+                    place, where == tf::placement::compute ? "emit terminal" : "deadline", permits, w.reps,
+                    body_ms / w.reps, body_ms, p50, p99, mx, l50, l99, k50, k99, counted, ended_first, wrong, rounds);
                 std::fflush(out);
             }
         }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include "entry_outcome.hpp"
 #include "spawn.hpp"
 #include "test_asio.hpp"
 
@@ -34,9 +35,10 @@ using std::chrono::steady_clock;
 
 namespace {
 
-void wait_for(const std::atomic<bool>& flag) {
-    while (!flag.load(std::memory_order_acquire)) std::this_thread::yield();
-}
+using tenferro::test::deliver_to;
+using tenferro::test::wait_for;
+template <class R>
+using outcome = tenferro::test::entry_outcome<R>;
 
 /// Runs `io` until `done` holds (the completions the test waits for are
 /// posted to it from the host's threads).
@@ -46,21 +48,6 @@ void run_until(asio::io_context& io, Pred done) {
         io.restart();
         io.run_for(milliseconds(5));
     }
-}
-
-template <class R>
-struct outcome {
-    std::exception_ptr exception;
-    std::optional<session_result<R>> result;
-};
-
-template <class R>
-auto deliver_to(asio::io_context& io, asio::cancellation_signal& signal, outcome<R>& out) {
-    return asio::bind_cancellation_slot(signal.slot(),
-                                        asio::bind_executor(io, [&out](std::exception_ptr e, session_result<R> r) {
-                                            out.exception = e;
-                                            out.result.emplace(std::move(r));
-                                        }));
 }
 
 /// An asynchronous body that announces itself and then waits an hour on a

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include "entry_outcome.hpp"
 #include "spawn.hpp"
 #include "test_asio.hpp"
 
@@ -33,29 +34,14 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
+using tenferro::test::deliver_to;
+using tenferro::test::wait_for;
+template <class R>
+using outcome = tenferro::test::entry_outcome<R>;
+
 tensor square(std::int64_t n) {
     const std::vector<float> v(static_cast<std::size_t>(n * n), 0.5f);
     return tensor::from(std::span<const float>(v), {n, n});
-}
-
-void wait_for(const std::atomic<bool>& flag) {
-    while (!flag.load(std::memory_order_acquire)) std::this_thread::yield();
-}
-
-/// One entry's outcome, delivered on the io_context.
-template <class R>
-struct outcome {
-    std::exception_ptr exception;
-    std::optional<session_result<R>> result;
-};
-
-template <class R>
-auto deliver_to(asio::io_context& io, asio::cancellation_signal& signal, outcome<R>& out) {
-    return asio::bind_cancellation_slot(signal.slot(),
-                                        asio::bind_executor(io, [&out](std::exception_ptr e, session_result<R> r) {
-                                            out.exception = e;
-                                            out.result.emplace(std::move(r));
-                                        }));
 }
 
 }  // namespace
