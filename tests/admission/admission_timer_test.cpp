@@ -274,7 +274,7 @@ TEST_CASE("One timer thread for the library: 50 hosts with deadlines and 100 bat
         spawn(io, [&, release = releases.back().get()]() -> asio::awaitable<void> {
             co_await h->with_backend_session(on_caller(), [&, release](test_session&) -> asio::awaitable<void> {
                 ++held;
-                asio::error_code ec;
+                tenferro::asio_error_code ec;
                 co_await release->async_wait(asio::redirect_error(asio::use_awaitable, ec));
             });
         });

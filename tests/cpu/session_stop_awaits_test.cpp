@@ -125,7 +125,7 @@ TEST_CASE("S20: an asynchronous body that catches the aborted await and returns 
         [&](backend_session& s) -> asio::awaitable<int> {
             asio::steady_timer timer(co_await asio::this_coro::executor, hours(1));
             waiting.store(true, std::memory_order_release);
-            asio::error_code ec;
+            tenferro::asio_error_code ec;
             co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
             // The session stays stopped (sticky): its operations throw.
             co_return ec == asio::error::operation_aborted&& s.stop_requested() ? 7 : 0;
@@ -256,7 +256,7 @@ TEST_CASE("S20: a session entered inside a stopped scope completes with cancelle
         [&](execution_scope&) -> asio::awaitable<int> {
             asio::steady_timer timer(co_await asio::this_coro::executor, hours(1));
             scope_waiting.store(true, std::memory_order_release);
-            asio::error_code ec;
+            tenferro::asio_error_code ec;
             co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
             // Stopped: a session entered now never runs. (The coroutine's own
             // cancellation state is reset first, so that the entry itself,
