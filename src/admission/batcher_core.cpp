@@ -131,14 +131,11 @@ batch_stats batcher_core::stats() const {
 }
 
 void batcher_core::timer_fired() noexcept {
-    std::size_t start = 0;
     {
         const std::lock_guard lock(mutex_);
         armed_.reset();
-        const std::optional<std::chrono::steady_clock::time_point> deadline = delay_deadline_locked();
-        if (deadline && now() >= *deadline) start = plan_locked(true);
     }
-    enter_sessions(start);
+    enter_if_due(now());
     rearm();
 }
 
@@ -150,6 +147,17 @@ void batcher_core::use_library_timer() {
 timer_node::clock::time_point batcher_core::fire(clock::time_point at) noexcept {
     // Held while it runs: the last run of a destroyed batcher may end here.
     const std::shared_ptr<batcher_core> self = shared_from_this();
+    enter_if_due(at);
+    // The next partial batch's time; none when nothing could start (no
+    // session slot): the news that frees one arms it again.
+    const std::lock_guard lock(mutex_);
+    if (closed_) return clock::time_point::max();
+    return delay_deadline_locked().value_or(clock::time_point::max());
+}
+
+/// B6, either timer: enters a partial batch whose first item has waited
+/// max_delay by `at`.
+void batcher_core::enter_if_due(clock::time_point at) noexcept {
     std::size_t start = 0;
     {
         const std::lock_guard lock(mutex_);
@@ -157,11 +165,6 @@ timer_node::clock::time_point batcher_core::fire(clock::time_point at) noexcept 
         if (deadline && at >= *deadline) start = plan_locked(true);
     }
     enter_sessions(start);
-    // The next partial batch's time; none when nothing could start (no
-    // session slot): the news that frees one arms it again.
-    const std::lock_guard lock(mutex_);
-    if (closed_) return clock::time_point::max();
-    return delay_deadline_locked().value_or(clock::time_point::max());
 }
 
 /// How many sessions to enter now (counted as entered). B5: never more than
@@ -208,31 +211,27 @@ std::chrono::steady_clock::time_point batcher_core::now() const {
 }
 
 /// What the delay's deadline depends on changed (an item came, a batch was
-/// taken, a session finished): wake the thread, or set the user's timer.
+/// taken, a session finished): set the timer for the deadline now.
 void batcher_core::delay_news() noexcept {
-    if (max_delay_.count() == 0) return;
-    if (!library_timer_) return rearm();
+    if (max_delay_.count() != 0) rearm();
+}
+
+/// Sets the timer for the current deadline: the library's (a deadline armed
+/// earlier stands, and its firing finds the next), or the user's, unless it
+/// is set for it already (asked outside the lock: the timer is user code).
+void batcher_core::rearm() noexcept {
     std::optional<clock::time_point> deadline;
     {
         const std::lock_guard lock(mutex_);
         if (closed_) return;
         deadline = delay_deadline_locked();
+        if (!deadline) return;
+        if (!library_timer_) {
+            if (deadline == armed_) return;
+            armed_ = deadline;
+        }
     }
-    // (A deadline already armed earlier stands; its firing finds the next.)
-    if (deadline) arm_library_timer(*this, *deadline);
-}
-
-/// Sets the user's timer for the current deadline, unless it is set for it
-/// already (outside the lock: the timer is user code).
-void batcher_core::rearm() noexcept {
-    std::optional<std::chrono::steady_clock::time_point> deadline;
-    {
-        const std::lock_guard lock(mutex_);
-        if (closed_) return;
-        deadline = delay_deadline_locked();
-        if (!deadline || deadline == armed_) return;
-        armed_ = deadline;
-    }
+    if (library_timer_) return arm_library_timer(*this, *deadline);
     try {
         timer_->wake_at(*deadline, [weak = weak_from_this()] {
             if (const auto core = weak.lock()) core->timer_fired();

@@ -15,7 +15,6 @@ struct deadline_watch::state : timer_node, std::enable_shared_from_this<state> {
     std::mutex mutex;
     clock::time_point next = clock::time_point::max();  // guarded by mutex: the wake-up asked of `timer`
     bool stop = false;                                   // guarded by mutex
-    bool started = false;                                // guarded by mutex: `expire` is set
 
     // The library timer's call. The state is held meanwhile: the host, and
     // this watch with it, may be destroyed inside `expire`.
@@ -23,7 +22,7 @@ struct deadline_watch::state : timer_node, std::enable_shared_from_this<state> {
         const std::shared_ptr<state> self = shared_from_this();
         {
             const std::lock_guard lock(mutex);
-            if (stop || !started) return clock::time_point::max();
+            if (stop || !expire) return clock::time_point::max();
         }
         return expire(now);  // written once, before any arm; called in place
     }
@@ -85,10 +84,9 @@ deadline_watch::~deadline_watch() {
 
 void deadline_watch::start(std::function<clock::time_point(clock::time_point)> expire) {
     std::lock_guard lock(state_->mutex);
-    if (state_->stop || state_->started) return;
+    if (state_->stop || state_->expire) return;
     if (!state_->timer) start_library_timer();
     state_->expire = std::move(expire);
-    state_->started = true;
 }
 
 void deadline_watch::arm(clock::time_point when) noexcept {

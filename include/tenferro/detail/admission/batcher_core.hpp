@@ -113,6 +113,7 @@ private:
     /// The library timer's call (use_library_timer): enters a partial batch
     /// that is due, and returns when the next one is.
     clock::time_point fire(clock::time_point now) noexcept override;
+    void enter_if_due(clock::time_point at) noexcept;
     void delay_news() noexcept;
     void rearm() noexcept;
 

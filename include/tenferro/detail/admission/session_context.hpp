@@ -77,8 +77,13 @@ struct session_context : std::enable_shared_from_this<session_context> {
     /// The session is over: its own hold on the tracked executors goes
     /// (nothing when it had none: a synchronous body's context).
     void release_tracked() noexcept {
-        if (has_executors_ && tracked_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_tracked();
+        if (has_executors_) unhold_tracked();
         has_executors_ = false;
+    }
+    /// One hold on the tracked executors goes (the session's, or a tracked
+    /// session_executor's); the last one drops them.
+    void unhold_tracked() noexcept {
+        if (tracked_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_tracked();
     }
     /// The last hold on the tracked executors went: the caller's work ends.
     void drop_tracked() noexcept;
@@ -304,7 +309,7 @@ private:
         return session_executor(ctx_, bits);
     }
     void release() noexcept {
-        if (tracked() && ctx_->tracked_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ctx_->drop_tracked();
+        if (tracked()) ctx_->unhold_tracked();
         bits_ = 0;
     }
 
