@@ -303,13 +303,16 @@ TEST_CASE("S20: the first cause decides the code: cancelled, then the deadline, 
     asio::cancellation_signal signal;
     outcome<int> out;
     std::atomic<bool> started{false}, asked{false};
+    // Room for the test's thread to emit before the deadline, however late
+    // a loaded machine schedules it.
+    const auto deadline = steady_clock::now() + milliseconds(300);
     cpu.with_backend_session(
-        {.deadline = steady_clock::now() + milliseconds(30)},
+        {.deadline = deadline},
         [&](backend_session& s) -> int {
             started.store(true, std::memory_order_release);
             wait_for(asked);
-                                 // The request is in; sleep past the deadline, then end by the stop.
-            std::this_thread::sleep_for(milliseconds(60));
+            // The request is in; sleep past the deadline, then end by the stop.
+            std::this_thread::sleep_until(deadline + milliseconds(30));
             s.throw_if_stop_requested();
             return 0;
         },
