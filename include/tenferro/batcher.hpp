@@ -129,13 +129,14 @@ public:
     template <class CompletionToken = asio::use_awaitable_t<>>
     auto submit(In item, CompletionToken&& token = {}) {
         // S19: with a token whose initiation Asio runs inside a noexcept
-        // function (use_awaitable), the item's block is reserved here, where
-        // a failure still reaches the caller (at its co_await).
+        // function (use_awaitable), the item's block is taken here, where a
+        // failure still reaches the caller (at its co_await), and carried by
+        // the initiation.
         constexpr std::size_t reserved = detail::reserved_submit_bytes<CompletionToken, In, Out>();
-        if constexpr (reserved != 0) detail::reserve_op_memory(reserved);
         return asio::async_initiate<CompletionToken, detail::submit_signature<Out>>(
-            detail::initiate_submit<In, Out, reserved, detail::fails_inline_v<CompletionToken>>{core_}, token,
-            std::move(item));
+            detail::initiate_submit<In, Out, reserved, detail::fails_inline_v<CompletionToken>>{
+                core_, detail::reserved_op_block<reserved>::take()},
+            token, std::move(item));
     }
 
     /// A consistent snapshot of the counters.

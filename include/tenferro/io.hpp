@@ -300,6 +300,7 @@ template <class IoExecutor, class Operation, class Receiver, std::size_t Reserve
 struct initiate_prepared_npy {
     IoExecutor io_executor;
     std::shared_ptr<Operation> op;
+    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
 
     using executor_type = IoExecutor;
     executor_type get_executor() const noexcept { return io_executor; }
@@ -308,6 +309,7 @@ struct initiate_prepared_npy {
     void operator()(Handler&& handler) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, Receiver, Rest...>;
         if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(completion)>::checked);
+        reserved.place();  // the completion's allocation takes it
         launch_npy_operation<completion>(std::move(handler), io_executor, op);
     }
 };
@@ -355,8 +357,7 @@ auto read_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path
     using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code, tensor)>;
     prepare_handoff_retry();
     prepare_completion_executor<handler, IoExecutor>();
-    initiation init{io_executor, make_read_npy_op(std::move(path), options)};
-    if constexpr (reserved != 0) reserve_op_memory(reserved);
+    initiation init{io_executor, make_read_npy_op(std::move(path), options), reserved_op_block<reserved>::take()};
     return asio::async_initiate<Token, void(asio_error_code, tensor)>(std::move(init), token);
 }
 
@@ -368,8 +369,7 @@ auto write_npy_prepared(const IoExecutor& io_executor, std::filesystem::path pat
     using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code)>;
     prepare_handoff_retry();
     prepare_completion_executor<handler, IoExecutor>();
-    initiation init{io_executor, make_write_npy_op(std::move(path), view)};
-    if constexpr (reserved != 0) reserve_op_memory(reserved);
+    initiation init{io_executor, make_write_npy_op(std::move(path), view), reserved_op_block<reserved>::take()};
     return asio::async_initiate<Token, void(asio_error_code)>(std::move(init), token);
 }
 

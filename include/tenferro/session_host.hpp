@@ -233,13 +233,17 @@ public:
     template <class F, class CompletionToken = asio::use_awaitable_t<>>
     auto with_execution_scope(session_options options, F&& body, CompletionToken&& token = {}) {
         using R = typename detail::body_traits<F, execution_scope>::value_type;
-        detail::reserve_for_initiation<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>();
+        using token_type = std::decay_t<CompletionToken>;
         options.where = placement::caller;
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
             detail::initiate_entry<
                 detail::entry_kind::scope, detail::no_opener, true,
-                detail::reserved_initiation_bytes<CompletionToken, detail::entry_kind::scope, detail::no_opener, F>(),
-                detail::fails_inline_v<CompletionToken>>{core_, options, {}},
+                detail::reserved_initiation_bytes<token_type, detail::entry_kind::scope, detail::no_opener, F>(),
+                detail::fails_inline_v<token_type>>{
+                core_,
+                options,
+                {},
+                detail::reserved_initiation_block<token_type, detail::entry_kind::scope, detail::no_opener, F>()},
             token, std::forward<F>(body));
     }
 
@@ -283,7 +287,6 @@ protected:
     auto enter(Opener opener, session_options options, F&& f, CompletionToken&& token) {
         using R = typename detail::body_traits<F, typename Opener::session_type>::value_type;
         using token_type = std::decay_t<CompletionToken>;
-        detail::reserve_for_initiation<token_type, detail::entry_kind::session, Opener, F>();
         if constexpr (detail::awaitable_entry_applies<token_type, F, Opener>) {
             // co_await with the default token, an entry likely admitted at
             // once: an entry of its own that can return in place
@@ -298,7 +301,9 @@ protected:
             detail::initiate_entry<
                 detail::entry_kind::session, Opener, true,
                 detail::reserved_initiation_bytes<token_type, detail::entry_kind::session, Opener, F>(),
-                detail::fails_inline_v<token_type>>{core_, options, std::move(opener)},
+                detail::fails_inline_v<token_type>>{
+                core_, options, std::move(opener),
+                detail::reserved_initiation_block<token_type, detail::entry_kind::session, Opener, F>()},
             token, std::forward<F>(f));
     }
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace tenferro::detail {
 namespace {
@@ -79,6 +80,7 @@ void* allocate_op_memory(std::size_t size) {
             return p;
         }
     }
+    ++cache.record.from_heap;
     return ::operator new(want);
 }
 
@@ -104,11 +106,6 @@ void deallocate_op_memory(void* p, std::size_t size) noexcept {
     ::operator delete(p);
 }
 
-void reserve_op_memory(std::size_t size) {
-    cache.record = {size, 0, 0};
-    keep_op_block(size);
-}
-
 void keep_op_block(std::size_t size) {
     const std::size_t want = rounded(size);
     thread_cache::block* slot = nullptr;
@@ -122,6 +119,32 @@ void keep_op_block(std::size_t size) {
     if (slot->p != nullptr) ::operator delete(slot->p);  // the smallest block makes room
     slot->p = p;
     slot->size = want;
+}
+
+void* take_reserved_op_block(std::size_t size) {
+    cache.record = {size, 0, 0, 0};
+    const std::size_t want = rounded(size);
+    for (auto& b : cache.blocks) {
+        if (b.p != nullptr && b.size >= want) return std::exchange(b.p, nullptr);
+    }
+    return ::operator new(want);
+}
+
+void place_reserved_op_block(void* p, std::size_t size) noexcept {
+    // Whatever this thread's cache phase: the initiation's allocation takes
+    // the block right after (first fit: this block, or a larger one already
+    // cached, which leaves this one cached instead).
+    thread_cache::block* slot = &cache.blocks[0];
+    for (auto& b : cache.blocks) {
+        if (b.p == nullptr) {
+            slot = &b;
+            break;
+        }
+        if (b.size < slot->size) slot = &b;
+    }
+    if (slot->p != nullptr) ::operator delete(slot->p);  // full: the smallest block makes room
+    slot->p = p;
+    slot->size = rounded(size);
 }
 
 op_cache_record last_op_cache_record() noexcept { return cache.record; }

@@ -13,9 +13,10 @@
 namespace tenferro::detail {
 
 struct op_cache_record {
-    std::size_t reserved = 0;    // this thread's last reserve_op_memory(size): `size` (0: none since cleared)
+    std::size_t reserved = 0;    // this thread's last take_reserved_op_block(size): `size` (0: none since cleared)
     std::size_t asked = 0;       // the first allocate_op_memory(size) after it: `size` (0: none yet)
     std::size_t last_asked = 0;  // the last one after it (an entry refused the inline grant allocates twice)
+    std::size_t from_heap = 0;   // the ones after it that the cache could not serve (operator new)
 };
 
 /// This thread's record.

@@ -322,3 +322,106 @@ TEST_CASE("S19: an entry whose handler names its allocator (bind_allocator) rese
     CHECK(record->reserved == 0);
     CHECK(record->asked == 0);  // and not from the op cache
 }
+
+namespace op_reservation_test {
+
+/// Makes two entries' awaitables with `token`'s kind, as `a && b` or a
+/// parallel group does, before either initiates: the first is kept; the
+/// second is spawned, and initiates (queued: its op stays allocated) while
+/// this coroutine yields once. This thread's record is then cleared and the
+/// kept entry awaited: its initiation must find its block without the heap
+/// (record.from_heap stays 0).
+asio::awaitable<void> await_kept(test_host& host, token_kind token) {
+    const session_options caller{1, wait_policy::fifo, placement::caller};
+    const auto body = [](test_session&) { return 8; };
+    const auto pair = [](auto make) -> asio::awaitable<void> {
+        auto kept = make();
+        auto other = make();
+        const asio::any_io_executor ex = co_await asio::this_coro::executor;
+        asio::co_spawn(ex, std::move(other), asio::detached);
+        co_await asio::post(ex, asio::use_awaitable);
+        clear_op_cache_record();
+        (void)co_await std::move(kept);
+    };
+    [[maybe_unused]] const asio::any_io_executor ex = co_await asio::this_coro::executor;
+    tenferro::asio_error_code ec;
+    asio::cancellation_signal signal;
+    switch (token) {
+    case token_kind::plain:
+        co_await pair([&] { return host.with_backend_session(caller, body, asio::use_awaitable); });
+        break;
+    case token_kind::as_tuple:
+        co_await pair(
+            [&] { return host.with_backend_session(caller, body, tenferro::test::as_tuple(asio::use_awaitable)); });
+        break;
+    case token_kind::redirect_error:
+        co_await pair(
+            [&] { return host.with_backend_session(caller, body, asio::redirect_error(asio::use_awaitable, ec)); });
+        break;
+    case token_kind::bind_executor:
+        co_await pair(
+            [&] { return host.with_backend_session(caller, body, asio::bind_executor(ex, asio::use_awaitable)); });
+        break;
+    case token_kind::bind_cancellation_slot:
+        co_await pair([&] {
+            return host.with_backend_session(caller, body,
+                                             asio::bind_cancellation_slot(signal.slot(), asio::use_awaitable));
+        });
+        break;
+    case token_kind::consign:
+#if TENFERRO_ASIO_HAS_CONSIGN
+        co_await pair([&] {
+            return host.with_backend_session(caller, body,
+                                             asio::consign(asio::use_awaitable, std::make_shared<int>(7)));
+        });
+#endif
+        break;
+    case token_kind::bind_immediate_executor:
+#if TENFERRO_ASIO_HAS_IMMEDIATE_EXECUTOR
+        co_await pair([&] {
+            return host.with_backend_session(caller, body, asio::bind_immediate_executor(ex, asio::use_awaitable));
+        });
+#endif
+        break;
+    case token_kind::cancel_after:
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+        co_await pair([&] {
+            return host.with_backend_session(caller, body,
+                                             asio::cancel_after(std::chrono::hours(1), asio::use_awaitable));
+        });
+#endif
+        break;
+    }
+}
+
+}  // namespace op_reservation_test
+
+TEST_CASE("S19: two awaitables made before either initiates (a && b) each find their own block") {
+    // The block is carried by the initiation (reserved_op_block), not left in
+    // the thread's cache: there, the two reservations would be one block,
+    // which the first initiation takes; the second, inside Asio's noexcept
+    // function, would then allocate from the heap, and out of memory end the
+    // process.
+    for (const token_kind token : tokens) {
+        asio::io_context io;
+        test_host host({.permits = 1});
+        gate g;
+        auto holder = host.with_backend_session(
+            {1, wait_policy::fifo, placement::compute}, [&](test_session&) { g.wait(); }, asio::use_future);
+        REQUIRE(g.wait_for_waiters(1));
+        bool done = false;
+        spawn(io, [&]() -> asio::awaitable<void> {
+            tenferro::detail::empty_op_cache();  // the two reservations are all the blocks there are
+            co_await await_kept(host, token);
+            done = true;
+        });
+        REQUIRE(run_until(io, [&] { return host.stats().waiting == 2; }));
+        const op_cache_record r = last_op_cache_record();
+        INFO(name_of(token) << ": asked " << r.asked << " B, from the heap " << r.from_heap);
+        CHECK(r.asked != 0);
+        CHECK(r.from_heap == 0);
+        g.open();
+        REQUIRE(run_until(io, [&] { return done && host.stats().completed == 3; }));
+        holder.get();
+    }
+}

@@ -226,6 +226,74 @@ scenario entry_adapted(adapter a) {
             }};
 }
 
+/// Two entries' awaitables made before either initiates, as `a && b` or a
+/// parallel group does (as_tuple, queued behind a holder): the second is
+/// spawned and initiates first; the first, kept, initiates after it. Each
+/// must find the block taken when it was made (S19: the initiation carries
+/// it), or the kept one would allocate inside Asio's noexcept function.
+scenario entry_awaitable_pair() {
+    return {"entry/awaitable-pair/caller", [](const run_config& c, verdict& v, std::uint64_t& injected) {
+                asio::io_context io;
+                cpu_backend cpu({.permits = 2});
+                probe p;
+                std::atomic<bool> release{false}, held{false};
+                bool spawned = false;  // set before the coroutine first suspends
+                hold(io, cpu, 2, release, v, held);
+                asio::co_spawn(
+                    io,
+                    [&]() -> asio::awaitable<void> {
+                        const asio::any_io_executor ex = co_await asio::this_coro::executor;
+                        detail::empty_op_cache();  // the two blocks are made under the armed failure
+                        arm(c);
+                        try {
+                            const auto make = [&] {
+                                return cpu.with_backend_session(opts(placement::caller), the_body,
+                                                                tenferro::test::as_tuple(asio::use_awaitable));
+                            };
+                            auto kept = make();
+                            auto other = make();
+                            {
+                                const af::users_own mine;  // the spawn is the user's
+                                asio::co_spawn(ex, std::move(other), [&](std::exception_ptr spawn_error, auto t) {
+                                    auto [e, r] = std::move(t);
+                                    if (spawn_error)
+                                        p.record_exception();
+                                    else
+                                        p.record(e, r, io.get_executor().running_in_this_thread());
+                                });
+                                spawned = true;
+                            }
+                            {
+                                const af::users_own mine;  // the yield is the user's
+                                co_await asio::post(ex, asio::use_awaitable);
+                            }
+                            auto [e, r] = co_await std::move(kept);
+                            p.record(e, r, io.get_executor().running_in_this_thread());
+                        } catch (...) {
+                            // Thrown at a call (making an awaitable) or
+                            // delivered at the co_await: both allowed. The
+                            // spawned one, if made, still completes.
+                            p.record_exception();
+                        }
+                    },
+                    asio::detached);
+                drive(
+                    io, v, [&] { return cpu.stats().waiting == 2 || p.completions.load() > 0; }, 2s);
+                release = true;
+                // Both complete once spawned (the kept one with its outcome
+                // or an exception), except that the spawned one's completion
+                // is lost when the test's own co_spawn (Asio's, the user's)
+                // cannot allocate its last dispatch: its std::bad_alloc then
+                // escapes into poll (drive counts it). Else making one of them
+                // threw, caught once.
+                const int escaped_before = escaped_into_poll.load();
+                const auto escaped = [&] { return escaped_into_poll.load() != escaped_before; };
+                drive(
+                    io, v, [&] { return p.completions.load() >= (spawned && !escaped() ? 2 : 1); }, 5s);
+                return finish(io, cpu, p, v, injected, spawned && !escaped() ? 2 : 1);
+            }};
+}
+
 /// use_future: the outcome is taken from the future on this thread.
 scenario entry_future(placement where) {
     return {std::string("entry/future/") + placement_name(where),
@@ -607,6 +675,7 @@ std::vector<scenario> admission_scenarios() {
     for (wait_kind k : {wait_kind::queued, wait_kind::weighted, wait_kind::cancelled, wait_kind::shutdown,
                         wait_kind::deadline, wait_kind::grouped, wait_kind::resized, wait_kind::timed})
         s.push_back(entry_waiting(k));
+    s.push_back(entry_awaitable_pair());
     s.push_back(entry_cached_busy());
     s.push_back(entry_poisoned());
     for (const bool awaiting : {false, true}) {

@@ -151,14 +151,15 @@ constexpr std::size_t reserved_submit_bytes() noexcept {
     return reserved_op_bytes<Token, item_op_for<In, Out>::template type, submit_signature<Out>>();
 }
 
-/// `batcher::submit`'s initiation. `Reserved`: the bytes reserved for the
-/// item's block beforehand (reserved_submit_bytes; 0: none), checked against
-/// the handler Asio actually passes. `FailsInline`: a token whose handler
+/// `batcher::submit`'s initiation. `Reserved`: the bytes of the item's block,
+/// taken beforehand and carried in `reserved` (reserved_submit_bytes; 0:
+/// none), checked against the handler Asio actually passes. `FailsInline`: a token whose handler
 /// completes here when the item's block cannot be had (use_future,
 /// fails_inline).
 template <class In, class Out, std::size_t Reserved = 0, bool FailsInline = false>
 struct initiate_submit {
     std::shared_ptr<batcher_core> core;
+    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
 
     /// The executor the operation exposes, as Asio's operations do: where a
     /// handler with no executor of its own completes, and where Asio's
@@ -170,6 +171,7 @@ struct initiate_submit {
     void operator()(Handler&& handler, In item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
         if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(op_type)>::checked);
+        reserved.place();  // launch's allocation takes it
         op_type* op = nullptr;
         if constexpr (FailsInline) {
             try {

@@ -84,13 +84,13 @@ constexpr std::size_t reserved_initiation_bytes() noexcept {
     }
 }
 
-/// For a token of noexcept_initiation, reserves this thread's op block for
-/// the entry about to be initiated (throws std::bad_alloc here, in the
-/// caller's coroutine, where the exception reaches the co_await).
+/// For a token of noexcept_initiation, the op block of the entry about to be
+/// initiated, which its initiation object carries (reserved_op_block; empty
+/// for any other token). Throws std::bad_alloc here, in the caller's
+/// coroutine, where the exception reaches the co_await.
 template <class Token, entry_kind Kind, class Opener, class F>
-void reserve_for_initiation() {
-    if constexpr (constexpr std::size_t bytes = reserved_initiation_bytes<Token, Kind, Opener, F>(); bytes != 0)
-        reserve_op_memory(bytes);
+auto reserved_initiation_block() {
+    return reserved_op_block<reserved_initiation_bytes<Token, Kind, Opener, F>()>::take();
 }
 
 /// The executor type of a use_awaitable_t token.
@@ -107,13 +107,12 @@ struct awaitable_token_executor<asio::use_awaitable_t<Executor>> {
 template <bool TryInline, class Executor, class R, class Opener, class F>
 asio::awaitable<session_result<R>, Executor> general_entry(std::shared_ptr<host_core> core, session_options options,
                                                            Opener opener, F&& fn) {
-    // Reserved again: a body run inline since enter() reserved may have used it.
     using token = asio::use_awaitable_t<Executor>;
-    reserve_for_initiation<token, entry_kind::session, Opener, F>();
     return asio::async_initiate<const token&, entry_signature<R>>(
         initiate_entry<entry_kind::session, Opener, TryInline,
-                       reserved_initiation_bytes<token, entry_kind::session, Opener, F>()>{std::move(core), options,
-                                                                                           std::move(opener)},
+                       reserved_initiation_bytes<token, entry_kind::session, Opener, F>()>{
+            std::move(core), options, std::move(opener),
+            reserved_initiation_block<token, entry_kind::session, Opener, F>()},
         token{}, std::forward<F>(fn));
 }
 

@@ -87,8 +87,8 @@ public:
     ///
     /// What can fail here is memory (S19). The op's own block: the initiating
     /// function throws, nothing done (with `use_awaitable`, whose initiation
-    /// Asio runs inside a noexcept function, session_host::enter reserved that
-    /// block beforehand, reserve_op_memory). Building the op in it (copying
+    /// Asio runs inside a noexcept function, the initiation carries that
+    /// block, taken beforehand: reserved_op_block). Building the op in it (copying
     /// the body, preferring tracked work on a wrapped executor) or installing
     /// its cancellation handler: the entry completes with the exception or
     /// with `executor`, by post, never inside this call (S1).
@@ -598,10 +598,11 @@ static_assert(sizeof(packed_options) == 24);
 /// refused (awaitable_entry): not asking again saves a lock. A template
 /// parameter, not a member: with use_awaitable, Asio's initiation frame holds
 /// this object for as long as the entry is parked, and a flag would add a word
-/// to every parked entry. `Reserved`: the bytes reserved for the
-/// initiation's first block beforehand (S19, reserve_for_initiation; 0:
-/// none), computed from the token, which this checks against the handler
-/// Asio actually passes (noexcept_initiation.hpp). `FailsInline`: a token
+/// to every parked entry. `Reserved`: the bytes of the initiation's first
+/// block, taken beforehand and carried in `reserved` (S19,
+/// reserved_initiation_block; 0: none), computed from the token, which this
+/// checks against the handler Asio actually passes (noexcept_initiation.hpp).
+/// `FailsInline`: a token
 /// whose handler completes here, rather than being destroyed uncalled, when
 /// the op's block cannot be had (use_future, fails_inline).
 template <entry_kind Kind, class Opener, bool TryInline = true, std::size_t Reserved = 0, bool FailsInline = false>
@@ -609,6 +610,7 @@ struct initiate_entry {
     std::shared_ptr<host_core> core;
     packed_options packed;
     Opener opener;
+    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
 
     /// The executor the entry exposes, as Asio's operations do: where a
     /// handler with no executor of its own completes, and where Asio's
@@ -621,6 +623,7 @@ struct initiate_entry {
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
         if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, op::initiation_block_size()>::checked);
+        reserved.place();  // the first allocation below takes it
         const session_options options = packed.unpack();
         if constexpr (op::inline_candidate && TryInline) {
             if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))

@@ -1,7 +1,7 @@
 #pragma once
 // The completion tokens whose initiation Asio runs inside a noexcept function,
 // and the handler Asio makes for each: what an operation's S19 reservation
-// (reserve_op_memory before the initiation) is computed from. Shared by the
+// (the reserved_op_block its initiation carries) is computed from. Shared by the
 // session entry (entry_awaitable.hpp), batcher::submit (batch_item_op.hpp) and
 // the .npy operations (io.hpp).
 
@@ -50,7 +50,7 @@ namespace tenferro::detail {
 /// (the initiation runs in the awaiting frame's await_suspend; from Asio 1.23
 /// just after it, where a throw escapes to whoever resumed the coroutine), and
 /// every adapter of it. Such an initiation must not throw (S19): the
-/// operation's block is reserved before it (reserve_op_memory), and must be
+/// operation's block is taken before it and carried (reserved_op_block), and must be
 /// exactly the block it then allocates: the op for the handler Asio makes for
 /// the token.
 ///

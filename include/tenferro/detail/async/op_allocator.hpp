@@ -33,14 +33,59 @@ void* allocate_op_memory(std::size_t size);
 void deallocate_op_memory(void* p, std::size_t size) noexcept;
 /// Makes sure that this thread's next allocate_op_memory of up to `size`
 /// bytes is served from the cache, without allocating: throws std::bad_alloc
-/// now, where the caller may still throw, instead of there (an initiation
-/// that Asio runs inside a noexcept function, S19).
-void reserve_op_memory(std::size_t size);
-/// reserve_op_memory for a block that may not be asked for (the next hop of a
-/// coroutine the library spawns): the same, but not recorded as the
-/// reservation of an initiation (op_cache_record.hpp, whose tests check that
-/// an initiation allocates exactly what it reserved).
+/// now, where the caller may still throw, instead of there. For a block that
+/// may not be asked for (the next hop of a coroutine the library spawns); an
+/// initiation's own block is carried instead (reserved_op_block).
 void keep_op_block(std::size_t size);
+
+/// A block of `size` bytes for a reservation an initiation carries
+/// (reserved_op_block): from this thread's cache when one is big enough, else
+/// the heap. Recorded as this thread's reservation (op_cache_record.hpp).
+/// Throws std::bad_alloc.
+void* take_reserved_op_block(std::size_t size);
+/// Puts a carried block of `size` bytes into this thread's cache, where the
+/// next allocate_op_memory of up to `size` bytes finds it. Allocates nothing.
+void place_reserved_op_block(void* p, std::size_t size) noexcept;
+
+/// S19's reservation for an initiation that Asio runs inside a noexcept
+/// function (use_awaitable and its adapters): the block its first allocation
+/// takes, taken when the operation is made, in the caller's coroutine, where
+/// std::bad_alloc still reaches the co_await, and carried by the initiation
+/// object until Asio runs it. Carried rather than left in this thread's cache:
+/// an awaitable kept and awaited later (on this thread or another, once the
+/// coroutine has moved), or awaited beside others (`a && b`, a parallel
+/// group), finds its own block whatever initiated on the thread meanwhile.
+/// `Size` 0: no reservation (a token whose initiation may throw, or a handler
+/// with its own allocator), and no member bytes. Held `mutable` by the
+/// initiations (Asio calls them as const or as rvalues, depending on the
+/// adapter); an awaitable destroyed unawaited gives the block back to the
+/// destroying thread's cache.
+template <std::size_t Size>
+class reserved_op_block {
+public:
+    /// Takes the block (throws std::bad_alloc).
+    static reserved_op_block take() { return reserved_op_block(take_reserved_op_block(Size)); }
+    reserved_op_block(reserved_op_block&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
+    reserved_op_block& operator=(reserved_op_block&&) = delete;
+    ~reserved_op_block() {
+        if (block_ != nullptr) deallocate_op_memory(block_, Size);
+    }
+    /// Right before the initiation allocates: the block goes to this thread's
+    /// cache, where that allocation finds it.
+    void place() noexcept {
+        if (block_ != nullptr) place_reserved_op_block(std::exchange(block_, nullptr), Size);
+    }
+
+private:
+    explicit reserved_op_block(void* block) noexcept : block_(block) {}
+    void* block_;
+};
+template <>
+class reserved_op_block<0> {
+public:
+    static reserved_op_block take() noexcept { return {}; }
+    void place() noexcept {}
+};
 
 /// The check of an S19 reservation against the block the initiation then
 /// allocates: when they differ, the static_assert fails and the compiler's
