@@ -31,8 +31,13 @@ struct demo_options {
     double capacity_seconds = 3.0;  ///< the capacity measurement's duration
 };
 
-/// `demo --impatient` default, where --duration is not given: per variant.
+/// `demo --impatient` defaults, where --duration and --rows are not given:
+/// seconds per variant, and a corpus whose closed-loop capacity on the 2-vCPU
+/// reference machine (docs/benchmarks.md) is near 256 connections / (2 x the
+/// 50 ms timeout) = 2,560 searches/s, so that the impatient clients can offer
+/// about twice it (they cannot send more than connections / timeout).
 inline constexpr double impatient_default_duration_seconds = 8.0;
+inline constexpr std::int64_t impatient_default_rows = 300'000;
 
 /// `demo --tenants` defaults, where the flags are not given: a corpus and a
 /// duration that keep both variants well under a minute on two cores, and

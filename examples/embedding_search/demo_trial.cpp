@@ -137,6 +137,8 @@ trial_result run_trial(const tf::tensor& corpus, const std::vector<std::string>&
     t.abandoned_taken = after.abandoned_taken - before.abandoned_taken;
     t.stopped_batches = after.stopped_batches - before.stopped_batches;
     t.queue_head_age = after.queue_head_age.since(before.queue_head_age);
+    t.patience_shed = after.patience_shed - before.patience_shed;
+    t.patience_seconds = after.patience_seconds;
 
     t.admission_wait = after.admission_wait.since(before.admission_wait);
     const double window = std::chrono::duration<double>(window_end - window_start).count();

@@ -37,6 +37,8 @@ struct trial_result {
     std::uint64_t batches = 0;  ///< batch bodies that ran (stopped ones included)
     std::uint64_t abandoned_waiting = 0, abandoned_taken = 0, stopped_batches = 0;
     histogram_snapshot queue_head_age;  ///< engine_snapshot::queue_head_age
+    std::uint64_t patience_shed = 0;    ///< queries the patience policy answered 503 instead of computing
+    double patience_seconds = 0.0;      ///< the patience learned by the end (0: none)
 
     bool sample_ran = false;
     std::int64_t sample_row = 0;

@@ -142,6 +142,9 @@ int serve(serve_options o) {
                  std::to_string(corpus.shape()[1]).c_str(), origin.generated ? "generated" : "read", origin.seconds,
                  origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
 
+    // The patience policy learns from clients that leave: a server that does
+    // not watch for them keeps today's behaviour.
+    if (!o.server.notice_closed) o.mode.patience = false;
     auto usage = std::make_shared<permit_usage_observer>();
     tf::cpu_backend cpu(backend_options_for(o.mode, usage, std::size_t(corpus.size()) * sizeof(float)));
     search_engine engine(cpu, corpus, engine_options_for(o.mode), usage);
@@ -188,6 +191,9 @@ void add_mode_options(CLI::App& app, server_mode& mode) {
            "wait up to this long for a batch to fill (0: never wait; batches form from what queues anyway)")
         ->check(whole<std::int64_t>(0, 10'000'000))
         ->default_str("0");
+    app.add_flag("!--no-patience", mode.patience,
+                 "compute every query a batch takes, also those whose clients will have left before it ends "
+                 "(default: learn the clients' patience and answer those 503 at once; off with --keep-abandoned)");
     app.add_option("--compute-nice", mode.compute_nice,
                    "nice value the compute workers give themselves, below the I/O threads' (0: leave them)")
         ->check(whole(0, 19))
@@ -349,6 +355,7 @@ int main(int argc, char** argv) {
             }
             if (demo_opts.impatient && demo->count("--duration") == 0)
                 demo_opts.duration_seconds = impatient_default_duration_seconds;
+            if (demo_opts.impatient && demo->count("--rows") == 0) demo_opts.rows = impatient_default_rows;
             if (demo_opts.tenants) {
                 if (demo->count("--rows") == 0) demo_opts.rows = tenants_default_rows;
                 if (demo->count("--duration") == 0) demo_opts.duration_seconds = tenants_default_duration_seconds;

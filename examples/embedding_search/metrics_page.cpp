@@ -293,6 +293,23 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
         .sample("tenferro_search_stopped_batches_total", "", double(e.stopped_batches));
     w.family("tenferro_search_stopped_queries_total", "counter", "Queries held by the stopped batches.")
         .sample("tenferro_search_stopped_queries_total", "", double(e.stopped_queries));
+    w.family("tenferro_search_patience_enabled", "gauge",
+             "1 when the patience policy is on: a batch computes only the queries that can finish before their "
+             "clients give up.")
+        .sample("tenferro_search_patience_enabled", "", e.patience_enabled ? 1.0 : 0.0);
+    w.family("tenferro_search_patience_shed_total", "counter",
+             "Queries taken into a batch and answered 503 by the patience policy instead of computed.")
+        .sample("tenferro_search_patience_shed_total", "", double(e.patience_shed));
+    w.family("tenferro_search_patience_seconds", "gauge",
+             "The clients' learned patience: a low quantile of the ages at which they left (0: not yet known).")
+        .sample("tenferro_search_patience_seconds", "", e.patience_seconds);
+    w.family("tenferro_search_patience_close_ages_total", "counter",
+             "Ages of queries whose client left while they were pending, recorded for the patience estimate.")
+        .sample("tenferro_search_patience_close_ages_total", "", double(e.patience_samples));
+    w.family("tenferro_search_batch_cost_seconds", "gauge",
+             "The learned batch cost model: seconds = fixed + queries x per_query (0: not yet known).")
+        .sample("tenferro_search_batch_cost_seconds", "term=\"fixed\"", e.batch_fixed_seconds)
+        .sample("tenferro_search_batch_cost_seconds", "term=\"per_query\"", e.batch_per_query_seconds);
     render_group_metrics(w, e, s, host);
     w.family("tenferro_http_requests_total", "counter", "HTTP responses sent, by status code.");
     for (const auto& [status, n] : s.responses)

@@ -15,6 +15,8 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/post.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -52,6 +54,7 @@ engine_options engine_options_for(const server_mode& mode) {
     o.max_delay = mode.inline_compute ? std::chrono::microseconds(0) : mode.max_delay;
     o.session_permits = mode.inline_compute ? 1 : mode.batch_permits;
     if (!mode.inline_compute) o.max_waiting = mode.max_waiters;
+    o.patience.enabled = mode.patience && !mode.inline_compute;
     return o;
 }
 
@@ -83,7 +86,11 @@ tf::tensor checked_corpus(tf::tensor corpus) {
 
 search_engine::search_engine(tf::cpu_backend& cpu, tf::tensor corpus, engine_options options,
                              std::shared_ptr<permit_usage_observer> usage)
-    : cpu_(cpu), corpus_(checked_corpus(std::move(corpus))), options_(options), usage_(std::move(usage)) {
+    : cpu_(cpu),
+      corpus_(checked_corpus(std::move(corpus))),
+      options_(std::move(options)),
+      usage_(std::move(usage)),
+      patience_(options_.patience) {
     for (std::size_t g = 0; g < cpu_.groups(); ++g) {
         const tf::group_stats gs = cpu_.group_stats(g);
         auto c = std::make_unique<group_counters>();
@@ -129,6 +136,40 @@ double search_engine::predicted_wait_seconds(std::size_t group) const {
     return embedding_search::predicted_wait_seconds(in);
 }
 
+/// What a search waits on with the patience policy: its submission's outcome,
+/// stored by the completion handler, or a wake-up from the batch body that
+/// shed it (both on the search's executor).
+struct search_engine::pending_submit {
+    explicit pending_submit(const asio::any_io_executor& ex) : wake(ex, clock_type::time_point::max()) {}
+    asio::steady_timer wake;  // never expires: cancelled to wake the search
+    bool done = false;
+    std::exception_ptr error;
+    tf::session_result<answer> result;
+};
+
+namespace {
+/// The submission's completion handler with the patience policy: on the
+/// search's executor, cancellable through the watch's slot (B4/B7 as before).
+template <class Pending, class Result>
+struct submit_handler {
+    std::shared_ptr<Pending> pending;
+    asio::any_io_executor executor;
+    asio::cancellation_slot slot;
+
+    using executor_type = asio::any_io_executor;
+    executor_type get_executor() const noexcept { return executor; }
+    using cancellation_slot_type = asio::cancellation_slot;
+    cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+
+    void operator()(std::exception_ptr e, Result r) {
+        pending->error = std::move(e);
+        pending->result = std::move(r);
+        pending->done = true;
+        pending->wake.cancel();
+    }
+};
+}  // namespace
+
 void search_engine::count_expired(std::size_t group, expiry_stage stage) {
     counters_[group]->expired[std::size_t(stage)].fetch_add(1, std::memory_order_relaxed);
 }
@@ -160,8 +201,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         outcome.predicted_wait_seconds = predicted_wait_seconds(group);
     };
     if (has_deadline) {
-        const auto now = clock_type::now();
-        const double left = std::chrono::duration<double>(deadline - now).count();
+        const double left = std::chrono::duration<double>(deadline - now()).count();
         const double predicted = predicted_wait_seconds(group);
         if (left <= 0.0 || predicted > left) {
             char why[160];
@@ -186,7 +226,10 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     // this frame is gone. A query with neither has none.
     std::shared_ptr<query_watch> watch;
     std::optional<asio::steady_timer> timer;
-    if (has_deadline || gone.is_connected()) watch = std::make_shared<query_watch>();
+    const bool patient = options_.patience.enabled;
+    if (has_deadline || gone.is_connected() || patient) watch = std::make_shared<query_watch>();
+    const auto entered = now();
+    if (watch) watch->entered = entered;
     if (has_deadline) {
         timer.emplace(co_await asio::this_coro::executor, deadline);
         timer->async_wait([watch](std::error_code ec) {
@@ -201,14 +244,35 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
             if ((type & leaves) == asio::cancellation_type::none || watch->abandoned) return;
             watch->abandoned = true;
             clients_gone_.fetch_add(1, std::memory_order_relaxed);
+            // How long this client waited before it left: what the patience
+            // policy learns from (recorded with the policy off too, for /metrics).
+            patience_.record_close(std::chrono::duration<double>(now() - watch->entered).count());
             watch->signal.emit(type);
         });
     }
     tf::session_result<answer> r;
     try {
         // (Named, not a braced temporary in the co_await: docs/pitfalls.md, 3.)
-        item it{std::move(query), clock_type::now(), deadline, watch};
-        if (watch) {
+        item it{std::move(query), entered, deadline, watch};
+        if (patient) {
+            // Not a plain co_await of the submission: a batch body that sheds
+            // this query wakes the search before the batch ends (a taken item
+            // completes only with its batch, B4), so the 503 goes out at once.
+            const auto ex = co_await asio::this_coro::executor;
+            auto pending = std::make_shared<pending_submit>(ex);
+            watch->executor = ex;
+            watch->pending = pending;
+            batcher.submit(std::move(it), submit_handler<pending_submit, tf::session_result<answer>>{
+                                              pending, ex, watch->signal.slot()});
+            while (!pending->done && !watch->shed) {
+                std::error_code ignored;
+                co_await pending->wake.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+            }
+            if (pending->done) {
+                if (pending->error) std::rethrow_exception(pending->error);
+                r = std::move(pending->result);
+            }
+        } else if (watch) {
             r = co_await batcher.submit(std::move(it),
                                         asio::bind_cancellation_slot(watch->signal.slot(), asio::use_awaitable));
         } else {
@@ -232,6 +296,17 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         outcome.status = search_status::abandoned;
         outcome.error =
             taken ? "the client left after its query was taken into a batch" : "the client left while its query waited";
+        co_return outcome;
+    }
+    if (watch && (watch->shed || (r && r->shed))) {
+        // The patience policy's batch body found no time left for it (counted there).
+        outcome.status = search_status::shed;
+        outcome.patience = true;
+        char why[160];
+        std::snprintf(why, sizeof why,
+                      "the search could not be answered before its client would give up (learned patience %.0f ms)",
+                      patience_.estimate().value_or(0.0) * 1e3);
+        outcome.error = why;
         co_return outcome;
     }
     if (!r) {
@@ -260,7 +335,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
 
 std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s, std::size_t group,
                                                           std::span<item> batch) {
-    const auto started = clock_type::now();
+    const auto started = now();
     for (const item& q : batch) {
         admission_wait_.record(started - q.entered);
         if (q.watch) q.watch->taken.store(true, std::memory_order_relaxed);
@@ -268,8 +343,23 @@ std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s
     if (!batch.empty()) queue_head_age_.record(started - batch.front().entered);  // in submission order
     sessions_.fetch_add(1, std::memory_order_relaxed);
     try {
+        // Items past their deadline are answered expired, not computed, and
+        // the patience policy sheds those that cannot finish in time (their
+        // searches are woken at once): the rest, in batch order, are computed.
+        std::vector<answer> out(batch.size());
+        std::vector<std::size_t> live;
+        live.reserve(batch.size());
+        for (std::size_t j = 0; j < batch.size(); ++j) {
+            if (batch[j].deadline <= started) {
+                out[j].expired = true;
+            } else {
+                live.push_back(j);
+            }
+        }
+        if (options_.patience.enabled) live = apply_patience(batch, std::move(live), started, out);
         if (options_.on_batch_start) options_.on_batch_start(s);
-        return compute_batch(s, group, batch, started);
+        compute_batch(s, group, batch, live, out, started);
+        return out;
     } catch (const tf::session_stopped&) {
         // Every query of the batch is gone (B7): the matmul stopped between
         // two of its tiles, and the batcher answers each item `cancelled`.
@@ -279,22 +369,11 @@ std::vector<search_engine::answer> search_engine::compute(tf::backend_session& s
     }
 }
 
-std::vector<search_engine::answer> search_engine::compute_batch(tf::backend_session& s, std::size_t group,
-                                                                std::span<item> batch, clock_type::time_point started) {
-    // Items past their deadline are answered expired, not computed: the live
-    // ones are moved to the front (stable, so results keep their order).
-    std::vector<answer> out(batch.size());
-    std::vector<std::size_t> live;
-    live.reserve(batch.size());
-    for (std::size_t j = 0; j < batch.size(); ++j) {
-        if (batch[j].deadline <= started) {
-            out[j].expired = true;
-        } else {
-            live.push_back(j);
-        }
-    }
-    if (live.empty()) return out;
-
+void search_engine::compute_batch(tf::backend_session& s, std::size_t group, std::span<item> batch,
+                                  std::span<const std::size_t> live, std::vector<answer>& out,
+                                  clock_type::time_point started) {
+    if (live.empty()) return;
+    const auto computing = now();  // the cost model's start: after any hold of on_batch_start
     const auto count = std::int64_t(live.size());
     const std::int64_t d = dim();
     std::int64_t k_max = 0;
@@ -318,8 +397,9 @@ std::vector<search_engine::answer> search_engine::compute_batch(tf::backend_sess
         h.resize(std::size_t(k));
         for (std::int64_t j = 0; j < k; ++j) h[std::size_t(j)] = {i[b * k_max + j], v[b * k_max + j]};
     }
-    const auto took = clock_type::now() - started;
+    const auto took = now() - started;
     batch_compute_.record(took);
+    batch_cost_.record(live.size(), std::chrono::duration<double>(now() - computing).count());
     batched_queries_.fetch_add(live.size(), std::memory_order_relaxed);
     // The group's moving mean of batch durations, for the wait prediction:
     // 1/8 per batch follows a change of load within a few dozen batches and
@@ -330,7 +410,49 @@ std::vector<search_engine::answer> search_engine::compute_batch(tf::backend_sess
     const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
     const std::int64_t mean = c.mean_batch_ns.load(std::memory_order_relaxed);
     c.mean_batch_ns.store(mean == 0 ? ns : mean + (ns - mean) / 8, std::memory_order_relaxed);
-    return out;
+}
+
+std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, std::vector<std::size_t> live,
+                                                       clock_type::time_point started, std::vector<answer>& out) {
+    const patience_options& o = options_.patience;
+    const std::optional<double> patience = patience_.estimate();
+    batch_cost_model::fit cost = batch_cost_.current();
+    if (o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0) {
+        cost = {o.fixed_cost_seconds, o.per_query_cost_seconds, true};
+    }
+    // Nothing learned yet (no client has left, or no batch has run): compute them all.
+    if (!patience || !cost.known || live.size() < 2) return live;
+    std::vector<double> time_left(live.size());
+    for (std::size_t i = 0; i < live.size(); ++i) {
+        const item& q = batch[live[i]];
+        double left = *patience - std::chrono::duration<double>(started - q.entered).count();
+        if (q.deadline != clock_type::time_point::max())
+            left = std::min(left, std::chrono::duration<double>(q.deadline - started).count());
+        time_left[i] = left;
+    }
+    const std::vector<bool> keep = plan_patient_batch(time_left, cost, o.margin, o.slack_seconds);
+    std::vector<std::size_t> kept;
+    kept.reserve(live.size());
+    for (std::size_t i = 0; i < live.size(); ++i) {
+        if (keep[i]) {
+            kept.push_back(live[i]);
+            continue;
+        }
+        item& q = batch[live[i]];
+        out[live[i]].shed = true;
+        patience_shed_.fetch_add(1, std::memory_order_relaxed);
+        // Wake its search now (on its executor): it answers 503 at once, and
+        // its item no longer counts as waited for (B7), so a batch whose
+        // computed queries are all gone still stops.
+        if (q.watch && q.watch->pending) {
+            asio::post(q.watch->executor, [w = q.watch] {
+                w->shed = true;
+                w->pending->wake.cancel();
+                w->signal.emit(asio::cancellation_type::terminal);
+            });
+        }
+    }
+    return kept;
 }
 
 engine_snapshot search_engine::snapshot() const {
@@ -376,6 +498,13 @@ engine_snapshot search_engine::snapshot() const {
     s.largest_batch = s.batcher.largest_batch;
     s.handed_over = s.batched_queries - std::min(s.batched_queries, s.sessions);
     s.busy_permit_seconds = usage_ ? usage_->busy_permit_seconds() : 0.0;
+    s.patience_enabled = options_.patience.enabled;
+    s.patience_shed = patience_shed_.load(std::memory_order_relaxed);
+    s.patience_samples = patience_.samples();
+    s.patience_seconds = patience_.estimate().value_or(0.0);
+    const batch_cost_model::fit cost = batch_cost_.current();
+    s.batch_fixed_seconds = cost.fixed_seconds;
+    s.batch_per_query_seconds = cost.per_query_seconds;
     return s;
 }
 

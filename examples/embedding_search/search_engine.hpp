@@ -27,6 +27,12 @@
 // its socket). The submission is then cancelled: a waiting query leaves its
 // batcher (B4), and a batch whose every query is gone is stopped inside its
 // matmul (B7, S20). Either is answered `abandoned` and counted.
+//
+// Patience (engine_options::patience, patience.hpp): the ages at which clients
+// leave teach the engine how long they wait, and recent batches how long a
+// batch takes; each batch body computes only the queries with the most time
+// left that can still finish in it, and answers the others `shed` (503) at
+// once, before its matmul.
 
 #include <array>
 #include <atomic>
@@ -40,12 +46,14 @@
 #include <string_view>
 #include <vector>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
 #include "latency_histogram.hpp"
+#include "patience.hpp"
 #include "permit_usage.hpp"
 #include "search_request.hpp"
 #include "tenant_groups.hpp"
@@ -75,6 +83,12 @@ struct engine_options {
     /// after its queries are taken and before the matmul. For tests: it can
     /// hold a batch still while they arrange what happens meanwhile.
     std::function<void(tenferro::backend_session&)> on_batch_start{};
+    /// The patience policy (patience.hpp); off by default here, on in the
+    /// server's (server_mode::patience).
+    patience_options patience{};
+    /// The engine's clock, for the ages and the batch times it measures
+    /// (tests; empty: steady_clock). Deadline timers run on the real clock.
+    std::function<clock_type::time_point()> clock{};
 };
 
 /// How one run of the server is set up.
@@ -95,6 +109,9 @@ struct server_mode {
     /// Tenant groups (`--group NAME:WEIGHT`), into `cpu_backend_options::groups`;
     /// empty: one group, "default", which is plain FIFO. Tenferro mode only.
     std::vector<tenferro::group_options> groups;
+    /// The patience policy (engine_options::patience): `--no-patience` turns
+    /// it off, and so does `--keep-abandoned` (it learns from clients that leave).
+    bool patience = true;
 };
 
 /// The backend a `server_mode` needs: inline gets one permit per I/O thread
@@ -130,6 +147,7 @@ struct search_outcome {
     std::string error;             ///< why, when not ok
     expiry_stage stage = expiry_stage::arrival;  ///< when expired
     double predicted_wait_seconds = 0.0;  ///< when expired: the group's predicted wait (then)
+    bool patience = false;  ///< when shed: by the patience policy (it could not finish in time)
 };
 
 /// One group's counters: the host's `group_stats` and the engine's own.
@@ -174,6 +192,13 @@ struct engine_snapshot {
     /// (index: the code's value, 1 = reentered ... 7 = deadline_exceeded).
     std::array<std::uint64_t, 8> rejected_by_reason{};
     std::vector<group_snapshot> groups;  ///< one per group of the host
+    /// The patience policy: on or not; taken queries it answered 503 instead
+    /// of computing; close ages recorded; the learned patience (0: not yet
+    /// known) and the batch cost model (fixed + per query, 0: not yet known).
+    bool patience_enabled = false;
+    std::uint64_t patience_shed = 0, patience_samples = 0;
+    double patience_seconds = 0.0;
+    double batch_fixed_seconds = 0.0, batch_per_query_seconds = 0.0;
 };
 
 class search_engine {
@@ -220,11 +245,18 @@ public:
 private:
     /// What a query's submission shares with its deadline's timer, the
     /// caller's `gone` slot and the batch body; may outlive the search's frame.
+    struct pending_submit;
     struct query_watch {
         asio::cancellation_signal signal;  // the submission's slot
         bool expired = false;              // the deadline's timer fired (on the caller's executor)
         bool abandoned = false;            // the client left (same)
+        bool shed = false;                 // the patience policy shed it (same)
         std::atomic<bool> taken{false};    // a batch body received it
+        clock_type::time_point entered{};  // when it was submitted (engine clock)
+        // With the patience policy: the caller's executor and what wakes the
+        // search, so that a body can answer a query it sheds at once.
+        asio::any_io_executor executor{};
+        std::shared_ptr<pending_submit> pending;
     };
     /// One query in the batcher: the query, when it arrived, its deadline, and
     /// its watch (none without a deadline or a `gone` slot).
@@ -239,6 +271,7 @@ private:
     struct answer {
         std::vector<search_hit> hits;
         bool expired = false;
+        bool shed = false;  // the patience policy did not compute it
     };
     using batcher_type = tenferro::batcher<tenferro::cpu_backend, item, answer>;
 
@@ -253,9 +286,15 @@ private:
     };
 
     std::vector<answer> compute(tenferro::backend_session& s, std::size_t group, std::span<item> batch);
-    std::vector<answer> compute_batch(tenferro::backend_session& s, std::size_t group, std::span<item> batch,
-                                      clock_type::time_point started);
+    /// Scores the queries of `batch` at the indices `live` into `out`.
+    void compute_batch(tenferro::backend_session& s, std::size_t group, std::span<item> batch,
+                       std::span<const std::size_t> live, std::vector<answer>& out, clock_type::time_point started);
     void count_expired(std::size_t group, expiry_stage stage);
+    clock_type::time_point now() const { return options_.clock ? options_.clock() : clock_type::now(); }
+    /// The patience policy's choice for `batch` (live: the indices not
+    /// expired); marks and announces the ones it sheds, returns the rest.
+    std::vector<std::size_t> apply_patience(std::span<item> batch, std::vector<std::size_t> live,
+                                            clock_type::time_point started, std::vector<answer>& out);
 
     tenferro::cpu_backend& cpu_;
     tenferro::tensor corpus_;
@@ -269,6 +308,9 @@ private:
     std::atomic<std::uint64_t> clients_gone_{0}, abandoned_waiting_{0}, abandoned_taken_{0}, stopped_batches_{0},
         stopped_queries_{0};
     std::array<std::atomic<std::uint64_t>, 8> rejected_by_reason_{};
+    std::atomic<std::uint64_t> patience_shed_{0};
+    patience_estimator patience_;
+    batch_cost_model batch_cost_;
     std::vector<std::unique_ptr<group_counters>> counters_;
     // Last: destroyed first, while what their bodies use is still alive.
     std::vector<std::unique_ptr<batcher_type>> batchers_;

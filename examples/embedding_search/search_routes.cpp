@@ -176,7 +176,7 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
     case search_status::shed:
         r.status = 503;
         r.retry_after = true;
-        r.body = error_body("", "overloaded, retry later");
+        r.body = error_body("", out.patience ? out.error : "overloaded, retry later");
         break;
     case search_status::failed: {
         // The detail (an exception's what()) is the operator's, not the
@@ -243,6 +243,12 @@ std::string search_routes::stats_json() const {
     w.field("waiting", e.abandoned_waiting).field("taken", e.abandoned_taken);
     w.end_object();
     w.field("stopped_batches", e.stopped_batches).field("stopped_queries", e.stopped_queries);
+    w.key("patience").begin_object();
+    w.field("enabled", e.patience_enabled).field("shed", e.patience_shed);
+    w.field("close_ages", e.patience_samples).field("patience_ms", e.patience_seconds * 1e3);
+    w.field("batch_fixed_ms", e.batch_fixed_seconds * 1e3);
+    w.field("batch_per_query_ms", e.batch_per_query_seconds * 1e3);
+    w.end_object();
     write_histogram(w, "compute_ms", e.batch_compute);
     w.end_object();
     // Per tenant group: the host's group_stats, then the server's own figures.

@@ -5,6 +5,8 @@
 // kept; a half-close counts as gone; `notice_closed = false` keeps the old
 // behaviour. Every step waits on the server's own counters or on a batch body
 // held still by the test (engine_options::on_batch_start), never on a sleep.
+// The patience policy (patience.hpp) is tested on given values and, through
+// the server, on the engine's injected clock (engine_options::clock).
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -29,6 +31,7 @@
 
 #include "http_client.hpp"
 #include "http_server.hpp"
+#include "patience.hpp"
 #include "search_engine.hpp"
 
 #include "../support/embedding_search_fixture.hpp"
@@ -294,4 +297,179 @@ TEST_CASE("notice_closed = false: a query whose client left stays queued and is 
     CHECK(s.clients_gone == 0);
     CHECK(s.abandoned_waiting + s.abandoned_taken == 0);
     CHECK(f.server.snapshot().abandoned == 0);
+}
+
+TEST_CASE("patience: the estimate is a low quantile of the recent close ages", "[embedding_search][patience]") {
+    patience_options o;
+    o.min_samples = 4;
+    o.window = 8;
+    o.quantile = 0.25;
+    patience_estimator p(o);
+    for (const double age : {0.05, 0.06, 0.04}) p.record_close(age);
+    CHECK_FALSE(p.estimate().has_value());  // fewer than min_samples
+    p.record_close(0.07);
+    REQUIRE(p.estimate().has_value());
+    // {0.04, 0.05, 0.06, 0.07}: the 0.25 quantile is the second (index round(0.75) = 1).
+    CHECK(*p.estimate() == Approx(0.05));
+    p.record_close(-1.0);  // not an age: ignored
+    CHECK(p.samples() == 4);
+    // The window forgets: eight ages of 0.2 s replace the old ones.
+    for (int i = 0; i < 8; ++i) p.record_close(0.2);
+    CHECK(*p.estimate() == Approx(0.2));
+    CHECK(p.samples() == 12);
+}
+
+TEST_CASE("patience: the batch cost model fits fixed + per-query time", "[embedding_search][patience]") {
+    batch_cost_model m;
+    CHECK_FALSE(m.predict(10).has_value());
+    // Alike sizes: proportional.
+    m.record(100, 0.02);
+    m.record(100, 0.02);
+    CHECK(m.current().fixed_seconds == 0.0);
+    CHECK(*m.predict(50) == Approx(0.01));
+    // Sizes that spread: 2 ms + 0.1 ms per query.
+    batch_cost_model f;
+    for (const std::size_t n : {10, 50, 200, 30, 120}) f.record(n, 0.002 + 0.0001 * double(n));
+    const batch_cost_model::fit fit = f.current();
+    CHECK(fit.fixed_seconds == Approx(0.002).margin(1e-9));
+    CHECK(fit.per_query_seconds == Approx(0.0001).margin(1e-12));
+    CHECK(*f.predict(256) == Approx(0.002 + 0.0256));
+}
+
+TEST_CASE("patience: a batch keeps the queries with the most time left that can finish in it",
+          "[embedding_search][patience]") {
+    const auto cost = [](std::size_t n) { return 0.1 * double(n); };
+    // Oldest first: time left 0.01 ... 0.5 s.
+    const std::vector<double> left = {0.01, 0.05, 0.2, 0.3, 0.5};
+    // Two fit (0.3 >= 0.2); three do not (0.2 < 0.3): the two youngest.
+    CHECK(plan_patient_batch(left, cost, 1.0, 0.0) == std::vector<bool>{false, false, false, true, true});
+    // A margin makes it stricter: 0.3 < 1.6 x 0.2.
+    CHECK(plan_patient_batch(left, cost, 1.6, 0.0) == std::vector<bool>{false, false, false, false, true});
+    // Order does not matter, only time left.
+    const std::vector<double> mixed = {0.5, 0.01, 0.3, 0.2, 0.05};
+    CHECK(plan_patient_batch(mixed, cost, 1.0, 0.0) == std::vector<bool>{true, false, true, false, false});
+    // Nothing fits: the one with the most time left is still computed.
+    const std::vector<double> late = {0.0, 0.02, 0.01};
+    CHECK(plan_patient_batch(late, cost, 1.0, 0.0) == std::vector<bool>{false, true, false});
+    // Everything fits.
+    const std::vector<double> early = {5.0, 6.0, 7.0};
+    CHECK(plan_patient_batch(early, cost, 1.0, 0.0) == std::vector<bool>{true, true, true});
+    CHECK(plan_patient_batch(std::vector<double>{}, cost, 1.0, 0.0).empty());
+}
+
+TEST_CASE("patience: on in the server's mode, off with --no-patience and inline", "[embedding_search][patience]") {
+    server_mode mode;
+    CHECK(engine_options_for(mode).patience.enabled);
+    mode.patience = false;
+    CHECK_FALSE(engine_options_for(mode).patience.enabled);
+    server_mode inline_mode;
+    inline_mode.inline_compute = true;
+    CHECK_FALSE(engine_options_for(inline_mode).patience.enabled);
+    CHECK_FALSE(engine_options{}.patience.enabled);  // an engine built directly: off
+}
+
+TEST_CASE("patience: learned from clients that leave; a batch sheds, at once, the query that cannot finish in time",
+          "[embedding_search][patience]") {
+    // The engine's clock is the test's: ages and the batch's start are exact.
+    struct virtual_clock {
+        const clock_type::time_point base = clock_type::now();
+        std::atomic<std::int64_t> ms{0};
+        clock_type::time_point now() const { return base + std::chrono::milliseconds(ms.load()); }
+    } clock;
+    std::atomic<int> batches{0};
+    std::atomic<bool> entered{false}, go{false};
+
+    tf::cpu_backend cpu(tf::cpu_backend_options{.permits = 2, .max_waiters = 1000});
+    engine_options eo;
+    eo.max_batch = 8;
+    eo.max_waiting = 1000;
+    eo.patience.enabled = true;
+    eo.patience.min_samples = 4;
+    eo.patience.per_query_cost_seconds = 1.0;  // a batch of n takes n seconds (margin 1.2, slack 2 ms)
+    eo.clock = [&clock] { return clock.now(); };
+    // The first batch body is held after the policy chose, before its matmul.
+    eo.on_batch_start = [&](tf::backend_session& s) {
+        if (batches.fetch_add(1) != 0) return;
+        entered = true;
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!go && !s.stop_requested() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    };
+    search_engine engine(cpu, test_corpus(), eo);
+    server_options so;
+    so.port = 0;
+    search_server server(engine, so);
+    server.start();
+    const tf::tensor& corpus = test_corpus();
+    permit_holder hold(cpu);
+
+    // Four clients send at t = 0 and leave at t = 10 s, their queries still
+    // waiting: the patience learned is 10 s.
+    std::vector<std::unique_ptr<raw_client>> leavers;
+    for (int i = 0; i < 4; ++i) {
+        leavers.push_back(std::make_unique<raw_client>(server.port()));
+        leavers.back()->send(search_request(query_near_row(corpus, 100 + i, 0.3, 10 + i), 3));
+    }
+    REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 4; }));
+    CHECK(engine.snapshot().patience_seconds == 0.0);  // not known yet
+    clock.ms = 10'000;
+    for (auto& c : leavers) c->close();
+    REQUIRE(eventually([&] { return engine.snapshot().patience_samples == 4; }));
+    CHECK(engine.snapshot().patience_seconds == Approx(10.0));
+    REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 0; }));
+
+    // A arrives at t = 10 s, B at 16 s, C at 18 s; their batch starts at
+    // 19 s: time left 1, 7 and 9 s. Two take 2 x 1.2 s: B and C fit (7 s),
+    // three would take 3.6 s, more than A's 1 s.
+    raw_client a(server.port()), b(server.port()), c(server.port());
+    a.send(search_request(query_near_row(corpus, 10, 0.3, 1), 3));
+    REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 1; }));
+    clock.ms = 16'000;
+    b.send(search_request(query_near_row(corpus, 20, 0.3, 2), 3));
+    REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 2; }));
+    clock.ms = 18'000;
+    c.send(search_request(query_near_row(corpus, 30, 0.3, 3), 3));
+    REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 3; }));
+    clock.ms = 19'000;
+    hold.release();
+    REQUIRE(eventually([&] { return entered.load(); }));
+
+    // A's 503 comes while the batch is still held: at once, not with the batch.
+    const auto [status_a, body_a] = a.receive();
+    CHECK(status_a == 503);
+    CHECK(contains(body_a, "before its client would give up"));
+    CHECK_FALSE(go.load());
+    go = true;
+    const auto [status_b, body_b] = b.receive();
+    const auto [status_c, body_c] = c.receive();
+    CHECK(status_b == 200);
+    CHECK(hits_of(body_b).at(0).index == 20);
+    CHECK(status_c == 200);
+    CHECK(hits_of(body_c).at(0).index == 30);
+
+    const engine_snapshot s = engine.snapshot();
+    CHECK(s.patience_enabled);
+    CHECK(s.patience_shed == 1);
+    CHECK(s.batched_queries == 2);  // A was not computed
+    CHECK(s.stopped_batches == 0);
+    CHECK(s.abandoned_waiting == 4);
+    CHECK(s.abandoned_taken == 0);
+
+    // A's connection is kept: its next query, young, is computed.
+    a.send(search_request(query_near_row(corpus, 40, 0.3, 4), 3));
+    const auto [status_a2, body_a2] = a.receive();
+    CHECK(status_a2 == 200);
+    CHECK(hits_of(body_a2).at(0).index == 40);
+
+    const std::string metrics =
+        run_blocking(server_fixture::roundtrip(server.port(), make_request("GET", "/metrics"))).body;
+    CHECK(contains(metrics, "tenferro_search_patience_enabled 1\n"));
+    CHECK(contains(metrics, "tenferro_search_patience_shed_total 1\n"));
+    CHECK(contains(metrics, "tenferro_search_patience_seconds 10\n"));
+    CHECK(contains(metrics, "tenferro_search_patience_close_ages_total 4\n"));
+    CHECK(contains(metrics, "tenferro_search_batch_cost_seconds{term=\"per_query\"}"));
+    const std::string stats =
+        run_blocking(server_fixture::roundtrip(server.port(), make_request("GET", "/v1/stats"))).body;
+    CHECK(contains(stats, "\"patience\":{\"enabled\":true,\"shed\":1,"));
+    server.drain();
+    server.wait();
 }

@@ -1,0 +1,104 @@
+// The patience policy's estimators (patience.hpp).
+
+#include "patience.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace embedding_search {
+
+patience_estimator::patience_estimator(const patience_options& o)
+    : window_(std::max<std::size_t>(1, o.window)),
+      min_samples_(std::max<std::size_t>(1, o.min_samples)),
+      quantile_(std::clamp(o.quantile, 0.0, 1.0)) {
+    ring_.reserve(window_);
+}
+
+void patience_estimator::record_close(double age_seconds) {
+    if (!std::isfinite(age_seconds) || age_seconds < 0) return;
+    const std::lock_guard lock(mutex_);
+    if (ring_.size() < window_) {
+        ring_.push_back(age_seconds);
+    } else {
+        ring_[next_] = age_seconds;
+    }
+    next_ = (next_ + 1) % window_;
+    ++samples_;
+}
+
+std::optional<double> patience_estimator::estimate() const {
+    std::vector<double> ages;
+    {
+        const std::lock_guard lock(mutex_);
+        if (ring_.size() < std::min(min_samples_, window_)) return std::nullopt;
+        ages = ring_;
+    }
+    const auto at = std::size_t(quantile_ * double(ages.size() - 1) + 0.5);
+    std::nth_element(ages.begin(), ages.begin() + std::ptrdiff_t(at), ages.end());
+    return ages[at];
+}
+
+std::uint64_t patience_estimator::samples() const {
+    const std::lock_guard lock(mutex_);
+    return samples_;
+}
+
+batch_cost_model::batch_cost_model(double decay) : decay_(std::clamp(decay, 0.0, 1.0)) {}
+
+void batch_cost_model::record(std::size_t n, double seconds) {
+    if (n == 0 || !std::isfinite(seconds) || seconds < 0) return;
+    const double x = double(n);
+    const std::lock_guard lock(mutex_);
+    s0_ = s0_ * decay_ + 1;
+    sn_ = sn_ * decay_ + x;
+    snn_ = snn_ * decay_ + x * x;
+    st_ = st_ * decay_ + seconds;
+    snt_ = snt_ * decay_ + x * seconds;
+}
+
+batch_cost_model::fit batch_cost_model::fit_locked() const {
+    fit f;
+    if (s0_ <= 0 || sn_ <= 0) return f;
+    f.known = true;
+    const double mean_n = sn_ / s0_, mean_t = st_ / s0_;
+    const double var_n = snn_ / s0_ - mean_n * mean_n;
+    // Sizes spread by at least a tenth of their mean: fit both terms.
+    if (var_n > 0.01 * mean_n * mean_n) {
+        const double cov = snt_ / s0_ - mean_n * mean_t;
+        double b = cov / var_n;
+        double a = mean_t - b * mean_n;
+        // Noise can tip the line: neither term is negative.
+        if (b < 0) {
+            b = 0;
+            a = mean_t;
+        } else if (a < 0) {
+            a = 0;
+            b = snt_ / snn_;  // through the origin
+        }
+        f.fixed_seconds = a;
+        f.per_query_seconds = b;
+    } else {
+        f.per_query_seconds = mean_t / mean_n;
+    }
+    return f;
+}
+
+batch_cost_model::fit batch_cost_model::current() const {
+    const std::lock_guard lock(mutex_);
+    return fit_locked();
+}
+
+std::optional<double> batch_cost_model::predict(std::size_t n) const {
+    const fit f = current();
+    if (!f.known) return std::nullopt;
+    return f.fixed_seconds + double(n) * f.per_query_seconds;
+}
+
+std::vector<bool> plan_patient_batch(std::span<const double> time_left, const batch_cost_model::fit& cost,
+                                     double margin, double slack_seconds) {
+    return plan_patient_batch(
+        time_left, [&cost](std::size_t n) { return cost.fixed_seconds + double(n) * cost.per_query_seconds; }, margin,
+        slack_seconds);
+}
+
+}  // namespace embedding_search

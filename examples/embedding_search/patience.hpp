@@ -1,0 +1,134 @@
+#pragma once
+// The patience policy (`demo --impatient`, docs/embedding_search.md "Clients
+// that leave"): serve the queries that can still be answered before their
+// clients give up, and do not spend CPU on the ones that cannot.
+//
+// Clients rarely tell the server how long they will wait. The server learns it
+// from the ages at which connections close while their query is pending (a
+// low quantile of the recent ones: `patience_estimator`), and how long a batch
+// of n queries takes from recent batches (`batch_cost_model`: a fit of
+// fixed + per-query time). Each batch body then keeps the queries with the
+// most time left (the youngest), as many as can finish within the time the
+// last of them has left (`plan_patient_batch`), and answers the others 503 at
+// once instead of computing them. The batcher still hands items in submission
+// order (B2); only the body chooses.
+//
+// Pure and thread-safe: the engine feeds it and asks it; the tests give it
+// values directly.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace embedding_search {
+
+struct patience_options {
+    /// Off: every taken query is computed (the server before this policy).
+    bool enabled = false;
+    /// The estimate is this quantile of the recent close ages: a low one, so
+    /// that the clients leaving first (and the server noticing late) do not
+    /// make it optimistic.
+    double quantile = 0.1;
+    /// How many recent close ages are kept (older ones are forgotten).
+    std::size_t window = 256;
+    /// Below this many close ages there is no estimate (nothing is shed).
+    std::size_t min_samples = 16;
+    /// A query is kept when its time left is at least margin x the batch's
+    /// predicted time + slack (the answer still has to be written and read).
+    double margin = 1.2;
+    double slack_seconds = 0.002;
+    /// Tests: a batch of n costs fixed + n x per_query seconds, instead of
+    /// what the recent batches measured (both 0: learn).
+    double fixed_cost_seconds = 0.0, per_query_cost_seconds = 0.0;
+};
+
+/// The clients' patience, from the ages at which their connections closed
+/// while their query was pending: the `quantile` of the last `window` ages.
+class patience_estimator {
+public:
+    explicit patience_estimator(const patience_options& o = {});
+    void record_close(double age_seconds);
+    /// None before `min_samples` ages.
+    std::optional<double> estimate() const;
+    std::uint64_t samples() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<double> ring_;
+    std::size_t next_ = 0, window_, min_samples_;
+    double quantile_;
+    std::uint64_t samples_ = 0;
+};
+
+/// How long a batch of n queries takes: a least-squares fit of
+/// seconds = fixed + n x per_query over the recent batches, each batch's
+/// weight decaying by `decay` per newer batch. While the batch sizes seen are
+/// too alike to separate the two terms, the cost is taken as proportional to
+/// n (fixed = 0).
+class batch_cost_model {
+public:
+    explicit batch_cost_model(double decay = 0.95);
+    void record(std::size_t n, double seconds);
+    /// None before the first batch.
+    std::optional<double> predict(std::size_t n) const;
+    struct fit {
+        double fixed_seconds = 0.0, per_query_seconds = 0.0;
+        bool known = false;
+    };
+    fit current() const;
+
+private:
+    fit fit_locked() const;
+
+    mutable std::mutex mutex_;
+    double decay_;
+    double s0_ = 0, sn_ = 0, snn_ = 0, st_ = 0, snt_ = 0;
+};
+
+/// Which queries of a batch to compute. `time_left[j]` is how long query j
+/// (in batch order) has before its client gives up; `cost(n)` the predicted
+/// seconds of a batch of n. Keeps the queries with the most time left, the
+/// largest n of them whose least time left is at least
+/// margin x cost(n) + slack; at least one (the one with the most time left),
+/// so the server always makes progress and keeps measuring its cost. Returns
+/// one flag per query: true to compute it.
+template <class Cost>
+    requires std::invocable<Cost&, std::size_t>
+std::vector<bool> plan_patient_batch(std::span<const double> time_left, Cost&& cost, double margin,
+                                     double slack_seconds);
+
+/// The same with a fitted model, for the engine and the tests.
+std::vector<bool> plan_patient_batch(std::span<const double> time_left, const batch_cost_model::fit& cost,
+                                     double margin, double slack_seconds);
+
+}  // namespace embedding_search
+
+#include <algorithm>
+#include <numeric>
+
+namespace embedding_search {
+
+template <class Cost>
+    requires std::invocable<Cost&, std::size_t>
+std::vector<bool> plan_patient_batch(std::span<const double> time_left, Cost&& cost, double margin,
+                                     double slack_seconds) {
+    std::vector<bool> keep(time_left.size(), false);
+    if (time_left.empty()) return keep;
+    std::vector<std::size_t> order(time_left.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    // Most time left first; ties keep batch order.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return time_left[a] > time_left[b]; });
+    // time_left of the n-th falls and cost(n) rises with n: the first n that
+    // does not fit ends the search.
+    std::size_t n = 1;
+    while (n < order.size() && time_left[order[n]] >= margin * cost(n + 1) + slack_seconds) ++n;
+    for (std::size_t i = 0; i < n; ++i) keep[order[i]] = true;
+    return keep;
+}
+
+}  // namespace embedding_search
