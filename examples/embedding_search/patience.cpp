@@ -49,6 +49,19 @@ void batch_cost_model::record(std::size_t n, double seconds) {
     if (n == 0 || !std::isfinite(seconds) || seconds < 0) return;
     const double x = double(n);
     const std::lock_guard lock(mutex_);
+    if (const fit f = fit_locked(); f.known) {
+        const double predicted = f.fixed_seconds + x * f.per_query_seconds;
+        if (predicted > 0) {
+            const double ratio = seconds / predicted;
+            constexpr std::size_t kept = 64;
+            if (overruns_.size() < kept) {
+                overruns_.push_back(ratio);
+            } else {
+                overruns_[next_overrun_] = ratio;
+            }
+            next_overrun_ = (next_overrun_ + 1) % kept;
+        }
+    }
     s0_ = s0_ * decay_ + 1;
     sn_ = sn_ * decay_ + x;
     snn_ = snn_ * decay_ + x * x;
@@ -81,6 +94,18 @@ batch_cost_model::fit batch_cost_model::fit_locked() const {
         f.per_query_seconds = mean_t / mean_n;
     }
     return f;
+}
+
+double batch_cost_model::overrun(double quantile) const {
+    std::vector<double> r;
+    {
+        const std::lock_guard lock(mutex_);
+        r = overruns_;
+    }
+    if (r.empty()) return 1.0;
+    const auto at = std::size_t(std::clamp(quantile, 0.0, 1.0) * double(r.size() - 1) + 0.5);
+    std::nth_element(r.begin(), r.begin() + std::ptrdiff_t(at), r.end());
+    return std::max(1.0, r[at]);
 }
 
 batch_cost_model::fit batch_cost_model::current() const {

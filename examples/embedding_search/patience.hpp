@@ -37,10 +37,18 @@ struct patience_options {
     std::size_t window = 256;
     /// Below this many close ages there is no estimate (nothing is shed).
     std::size_t min_samples = 16;
-    /// A query is kept when its time left is at least margin x the batch's
-    /// predicted time + slack (the answer still has to be written and read).
-    double margin = 1.2;
-    double slack_seconds = 0.002;
+    /// A query is kept when its time left is at least margin x overrun x the
+    /// batch's predicted time + reserve x the patience, where overrun is the
+    /// `overrun_quantile` of the recent batches' actual / predicted times
+    /// (batch_cost_model::overrun), and the reserve covers what the server
+    /// cannot see: the request's way in before its age starts, the delay in
+    /// noticing a close (both in the learned patience), and the answer's way
+    /// back. 0.3 keeps the share of computed answers that arrive too late
+    /// near 1 % on a loaded 2-vCPU machine with a 50 ms timeout (0.04-0.16
+    /// let 23-61 % of them arrive too late there; docs/embedding_search.md).
+    double margin = 1.1;
+    double overrun_quantile = 0.9;
+    double reserve = 0.3;
     /// Tests: a batch of n costs fixed + n x per_query seconds, instead of
     /// what the recent batches measured (both 0: learn).
     double fixed_cost_seconds = 0.0, per_query_cost_seconds = 0.0;
@@ -72,7 +80,13 @@ private:
 class batch_cost_model {
 public:
     explicit batch_cost_model(double decay = 0.95);
+    /// Also keeps how far the batch's time was above what the fit predicted
+    /// for it just before (the last 64 ratios), for `overrun`.
     void record(std::size_t n, double seconds);
+    /// The `quantile` of the recent actual / predicted batch times, at least 1
+    /// (1 before any): how much a prediction must be stretched to cover that
+    /// share of the batches on a machine whose speed varies.
+    double overrun(double quantile) const;
     /// None before the first batch.
     std::optional<double> predict(std::size_t n) const;
     struct fit {
@@ -87,6 +101,8 @@ private:
     mutable std::mutex mutex_;
     double decay_;
     double s0_ = 0, sn_ = 0, snn_ = 0, st_ = 0, snt_ = 0;
+    std::vector<double> overruns_;
+    std::size_t next_overrun_ = 0;
 };
 
 /// Which queries of a batch to compute. `time_left[j]` is how long query j

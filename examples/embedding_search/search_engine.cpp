@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <optional>
@@ -150,22 +151,25 @@ struct search_engine::pending_submit {
 namespace {
 /// The submission's completion handler with the patience policy: on the
 /// search's executor, cancellable through the watch's slot (B4/B7 as before).
-template <class Pending, class Result>
+/// It holds the watch: a shed search returns before its batch ends, and the
+/// slot (the watch's signal) must outlive the submission, which clears it as
+/// it completes.
+template <class Watch, class Result>
 struct submit_handler {
-    std::shared_ptr<Pending> pending;
+    std::shared_ptr<Watch> watch;
     asio::any_io_executor executor;
-    asio::cancellation_slot slot;
 
     using executor_type = asio::any_io_executor;
     executor_type get_executor() const noexcept { return executor; }
     using cancellation_slot_type = asio::cancellation_slot;
-    cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+    cancellation_slot_type get_cancellation_slot() const noexcept { return watch->signal.slot(); }
 
     void operator()(std::exception_ptr e, Result r) {
-        pending->error = std::move(e);
-        pending->result = std::move(r);
-        pending->done = true;
-        pending->wake.cancel();
+        auto& pending = *watch->pending;
+        pending.error = std::move(e);
+        pending.result = std::move(r);
+        pending.done = true;
+        pending.wake.cancel();
     }
 };
 }  // namespace
@@ -262,8 +266,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
             auto pending = std::make_shared<pending_submit>(ex);
             watch->executor = ex;
             watch->pending = pending;
-            batcher.submit(std::move(it), submit_handler<pending_submit, tf::session_result<answer>>{
-                                              pending, ex, watch->signal.slot()});
+            batcher.submit(std::move(it), submit_handler<query_watch, tf::session_result<answer>>{watch, ex});
             while (!pending->done && !watch->shed) {
                 std::error_code ignored;
                 co_await pending->wake.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
@@ -417,11 +420,14 @@ std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, st
     const patience_options& o = options_.patience;
     const std::optional<double> patience = patience_.estimate();
     batch_cost_model::fit cost = batch_cost_.current();
-    if (o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0) {
+    if (o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0)
         cost = {o.fixed_cost_seconds, o.per_query_cost_seconds, true};
-    }
-    // Nothing learned yet (no client has left, or no batch has run): compute them all.
-    if (!patience || !cost.known || live.size() < 2) return live;
+    // No client has left yet: nothing to go by, compute them all.
+    if (!patience || live.size() < 2) return live;
+    // Clients leave but no batch has run to its end yet (under FIFO every
+    // batch may have been stopped, B7): the youngest alone, which teaches the
+    // cost model; the sizes grow from there as it learns.
+    if (!cost.known) cost = {0.0, std::numeric_limits<double>::infinity(), true};
     std::vector<double> time_left(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {
         const item& q = batch[live[i]];
@@ -430,7 +436,9 @@ std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, st
             left = std::min(left, std::chrono::duration<double>(q.deadline - started).count());
         time_left[i] = left;
     }
-    const std::vector<bool> keep = plan_patient_batch(time_left, cost, o.margin, o.slack_seconds);
+    const bool given = o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0;
+    const double margin = o.margin * (given ? 1.0 : batch_cost_.overrun(o.overrun_quantile));
+    const std::vector<bool> keep = plan_patient_batch(time_left, cost, margin, o.reserve * *patience);
     std::vector<std::size_t> kept;
     kept.reserve(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {

@@ -385,7 +385,7 @@ TEST_CASE("patience: learned from clients that leave; a batch sheds, at once, th
     eo.max_waiting = 1000;
     eo.patience.enabled = true;
     eo.patience.min_samples = 4;
-    eo.patience.per_query_cost_seconds = 1.0;  // a batch of n takes n seconds (margin 1.2, slack 2 ms)
+    eo.patience.per_query_cost_seconds = 1.0;  // a batch of n takes n seconds (margin 1.1, reserve 0.3)
     eo.clock = [&clock] { return clock.now(); };
     // The first batch body is held after the policy chose, before its matmul.
     eo.on_batch_start = [&](tf::backend_session& s) {
@@ -418,8 +418,8 @@ TEST_CASE("patience: learned from clients that leave; a batch sheds, at once, th
     REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 0; }));
 
     // A arrives at t = 10 s, B at 16 s, C at 18 s; their batch starts at
-    // 19 s: time left 1, 7 and 9 s. Two take 2 x 1.2 s: B and C fit (7 s),
-    // three would take 3.6 s, more than A's 1 s.
+    // 19 s: time left 1, 7 and 9 s. Two need 2 x 1.1 + 0.3 x 10 = 5.2 s: B
+    // and C fit (7 s); three would need 6.3 s, more than A's 1 s.
     raw_client a(server.port()), b(server.port()), c(server.port());
     a.send(search_request(query_near_row(corpus, 10, 0.3, 1), 3));
     REQUIRE(eventually([&] { return engine.snapshot().batcher.waiting == 1; }));
