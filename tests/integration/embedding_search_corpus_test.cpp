@@ -369,7 +369,7 @@ TEST_CASE("demo --tenants runs FIFO and groups side by side and writes its repor
     CHECK(std::filesystem::exists(dir.path / "embedding_search_tenants.svg"));
 }
 
-TEST_CASE("demo --impatient runs both servers side by side and writes its report", "[embedding_search]") {
+TEST_CASE("demo --impatient runs the three servers side by side and writes its report", "[embedding_search]") {
     const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
     if (!binary) {
         WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
@@ -396,17 +396,23 @@ TEST_CASE("demo --impatient runs both servers side by side and writes its report
     CHECK(doc["load"]["client_timeout_ms"].get_int64().value() == 50);
     simdjson::dom::array variants;
     REQUIRE_FALSE(doc["variants"].get_array().get(variants));
-    REQUIRE(variants.size() == 2);
+    REQUIRE(variants.size() == 3);
     CHECK(variants.at(0).value()["variant"].get_string().value() == "keep");
     CHECK_FALSE(variants.at(0).value()["notice_closed"].get_bool().value());
+    CHECK_FALSE(variants.at(0).value()["patience"].get_bool().value());
     CHECK(variants.at(1).value()["variant"].get_string().value() == "stop");
     CHECK(variants.at(1).value()["notice_closed"].get_bool().value());
+    CHECK_FALSE(variants.at(1).value()["patience"].get_bool().value());
+    CHECK(variants.at(2).value()["variant"].get_string().value() == "patient");
+    CHECK(variants.at(2).value()["notice_closed"].get_bool().value());
+    CHECK(variants.at(2).value()["patience"].get_bool().value());
+    CHECK(doc["load"]["offered_over_capacity"].get_double().value() > 0);
     for (const simdjson::dom::element v : variants) {
         CHECK(v["sent"].get_uint64().value() > 0);
         CHECK(v["errors"].get_uint64().value() == 0);
         CHECK(v["server_cpu_s"].get_double().value() > 0);
     }
-    CHECK(variants.at(1).value()["delivered_in_time"].get_uint64().value() > 0);
+    CHECK(variants.at(2).value()["delivered_in_time"].get_uint64().value() > 0);
     CHECK(std::filesystem::exists(dir.path / "embedding_search_impatient.svg"));
 }
 
