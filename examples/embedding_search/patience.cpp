@@ -119,6 +119,12 @@ std::optional<double> batch_cost_model::predict(std::size_t n) const {
     return f.fixed_seconds + double(n) * f.per_query_seconds;
 }
 
+double patient_time_left(double age_seconds, std::optional<double> deadline_left_seconds, double patience_seconds,
+                         double reserve) {
+    if (deadline_left_seconds) return *deadline_left_seconds;
+    return patience_seconds - age_seconds - reserve * patience_seconds;
+}
+
 std::vector<bool> plan_patient_batch(std::span<const double> time_left, const batch_cost_model::fit& cost,
                                      double margin, double slack_seconds) {
     return plan_patient_batch(

@@ -105,6 +105,15 @@ private:
     std::size_t next_overrun_ = 0;
 };
 
+/// What `plan_patient_batch` gets for one query: the time it has left, less
+/// what is kept in reserve. A query that carries its own deadline: the
+/// deadline's time left, and only that (the server enforces the deadline
+/// itself; the learned patience and its reserve are for the clients that say
+/// nothing). Otherwise the learned patience less the query's age, less
+/// reserve x the patience.
+double patient_time_left(double age_seconds, std::optional<double> deadline_left_seconds, double patience_seconds,
+                         double reserve);
+
 /// Which queries of a batch to compute. `time_left[j]` is how long query j
 /// (in batch order) has before its client gives up; `cost(n)` the predicted
 /// seconds of a batch of n. Keeps the queries with the most time left, the

@@ -306,9 +306,13 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         outcome.status = search_status::shed;
         outcome.patience = true;
         char why[160];
-        std::snprintf(why, sizeof why,
-                      "the search could not be answered before its client would give up (learned patience %.0f ms)",
-                      patience_.estimate().value_or(0.0) * 1e3);
+        if (has_deadline) {
+            std::snprintf(why, sizeof why, "the search could not be answered before its deadline");
+        } else {
+            std::snprintf(why, sizeof why,
+                          "the search could not be answered before its client would give up (learned patience %.0f ms)",
+                          patience_.estimate().value_or(0.0) * 1e3);
+        }
         outcome.error = why;
         co_return outcome;
     }
@@ -428,17 +432,20 @@ std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, st
     // batch may have been stopped, B7): the youngest alone, which teaches the
     // cost model; the sizes grow from there as it learns.
     if (!cost.known) cost = {0.0, std::numeric_limits<double>::infinity(), true};
+    // Each query's time left, its reserve already taken off (none for a query
+    // with its own deadline: patient_time_left).
     std::vector<double> time_left(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {
         const item& q = batch[live[i]];
-        double left = *patience - std::chrono::duration<double>(started - q.entered).count();
+        std::optional<double> deadline_left;
         if (q.deadline != clock_type::time_point::max())
-            left = std::min(left, std::chrono::duration<double>(q.deadline - started).count());
-        time_left[i] = left;
+            deadline_left = std::chrono::duration<double>(q.deadline - started).count();
+        time_left[i] = patient_time_left(std::chrono::duration<double>(started - q.entered).count(), deadline_left,
+                                         *patience, o.reserve);
     }
     const bool given = o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0;
     const double margin = o.margin * (given ? 1.0 : batch_cost_.overrun(o.overrun_quantile));
-    const std::vector<bool> keep = plan_patient_batch(time_left, cost, margin, o.reserve * *patience);
+    const std::vector<bool> keep = plan_patient_batch(time_left, cost, margin, 0.0);
     std::vector<std::size_t> kept;
     kept.reserve(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {

@@ -357,6 +357,26 @@ TEST_CASE("patience: a batch keeps the queries with the most time left that can 
     CHECK(plan_patient_batch(std::vector<double>{}, cost, 1.0, 0.0).empty());
 }
 
+TEST_CASE("patience: a query with its own deadline is judged by that deadline only", "[embedding_search][patience]") {
+    // Learned patience 10 s, reserve 0.3: a query without a deadline, 2 s
+    // old, has 10 - 2 - 3 = 5 s.
+    CHECK(patient_time_left(2.0, std::nullopt, 10.0, 0.3) == Approx(5.0));
+    // Its own deadline, 7 s away, decides, though the learned patience would
+    // give it only 5 s (and 0.5 s at 6.5 s old); no reserve is taken off.
+    CHECK(patient_time_left(2.0, 7.0, 10.0, 0.3) == Approx(7.0));
+    CHECK(patient_time_left(6.5, 7.0, 10.0, 0.3) == Approx(7.0));
+    // A deadline shorter than the patience decides too.
+    CHECK(patient_time_left(0.0, 1.0, 10.0, 0.3) == Approx(1.0));
+
+    // In a batch: the old query with a far deadline is kept, the one of the
+    // same age without a deadline is not (a batch of n takes n seconds).
+    const auto cost = [](std::size_t n) { return 1.0 * double(n); };
+    const std::vector<double> left = {patient_time_left(6.5, 7.0, 10.0, 0.3),
+                                      patient_time_left(6.5, std::nullopt, 10.0, 0.3),
+                                      patient_time_left(0.0, std::nullopt, 10.0, 0.3)};
+    CHECK(plan_patient_batch(left, cost, 1.1, 0.0) == std::vector<bool>{true, false, true});
+}
+
 TEST_CASE("patience: on in the server's mode, off with --no-patience and inline", "[embedding_search][patience]") {
     server_mode mode;
     CHECK(engine_options_for(mode).patience.enabled);
