@@ -26,13 +26,15 @@ void patience_estimator::record_close(double age_seconds) {
     ++samples_;
 }
 
-std::optional<double> patience_estimator::estimate() const {
+std::optional<double> patience_estimator::estimate(double ignore_below_seconds) const {
     std::vector<double> ages;
     {
         const std::lock_guard lock(mutex_);
-        if (ring_.size() < std::min(min_samples_, window_)) return std::nullopt;
-        ages = ring_;
+        ages.reserve(ring_.size());
+        for (const double a : ring_)
+            if (a >= ignore_below_seconds) ages.push_back(a);
     }
+    if (ages.empty() || ages.size() < std::min(min_samples_, window_)) return std::nullopt;
     const auto at = std::size_t(quantile_ * double(ages.size() - 1) + 0.5);
     std::nth_element(ages.begin(), ages.begin() + std::ptrdiff_t(at), ages.end());
     return ages[at];

@@ -60,8 +60,13 @@ class patience_estimator {
 public:
     explicit patience_estimator(const patience_options& o = {});
     void record_close(double age_seconds);
-    /// None before `min_samples` ages.
-    std::optional<double> estimate() const;
+    /// Ages below `ignore_below_seconds` are left out (the engine passes the
+    /// learned time of a one-query batch): a client that closes sooner could
+    /// not have been answered by any schedule, so it says nothing about how
+    /// long the clients wait, and a tenth of such closes would otherwise drive
+    /// a low quantile to about 0 and every batch to one query. None before
+    /// `min_samples` ages that count.
+    std::optional<double> estimate(double ignore_below_seconds = 0.0) const;
     std::uint64_t samples() const;
 
 private:

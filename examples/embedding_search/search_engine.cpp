@@ -311,7 +311,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         } else {
             std::snprintf(why, sizeof why,
                           "the search could not be answered before its client would give up (learned patience %.0f ms)",
-                          patience_.estimate().value_or(0.0) * 1e3);
+                          learned_patience().value_or(0.0) * 1e3);
         }
         outcome.error = why;
         co_return outcome;
@@ -419,10 +419,18 @@ void search_engine::compute_batch(tf::backend_session& s, std::size_t group, std
     c.mean_batch_ns.store(mean == 0 ? ns : mean + (ns - mean) / 8, std::memory_order_relaxed);
 }
 
+std::optional<double> search_engine::learned_patience() const {
+    const patience_options& o = options_.patience;
+    const double one = o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0
+                           ? o.fixed_cost_seconds + o.per_query_cost_seconds
+                           : batch_cost_.predict(1).value_or(0.0);
+    return patience_.estimate(one);
+}
+
 std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, std::vector<std::size_t> live,
                                                        clock_type::time_point started, std::vector<answer>& out) {
     const patience_options& o = options_.patience;
-    const std::optional<double> patience = patience_.estimate();
+    const std::optional<double> patience = learned_patience();
     batch_cost_model::fit cost = batch_cost_.current();
     if (o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0)
         cost = {o.fixed_cost_seconds, o.per_query_cost_seconds, true};
@@ -516,7 +524,7 @@ engine_snapshot search_engine::snapshot() const {
     s.patience_enabled = options_.patience.enabled;
     s.patience_shed = patience_shed_.load(std::memory_order_relaxed);
     s.patience_samples = patience_.samples();
-    s.patience_seconds = patience_.estimate().value_or(0.0);
+    s.patience_seconds = learned_patience().value_or(0.0);
     const batch_cost_model::fit cost = batch_cost_.current();
     s.batch_fixed_seconds = cost.fixed_seconds;
     s.batch_per_query_seconds = cost.per_query_seconds;

@@ -293,6 +293,9 @@ private:
     clock_type::time_point now() const { return options_.clock ? options_.clock() : clock_type::now(); }
     /// The patience policy's choice for `batch` (live: the indices not
     /// expired); marks and announces the ones it sheds, returns the rest.
+    /// The patience learned, leaving out the close ages shorter than a
+    /// one-query batch (patience_estimator::estimate).
+    std::optional<double> learned_patience() const;
     std::vector<std::size_t> apply_patience(std::span<item> batch, std::vector<std::size_t> live,
                                             clock_type::time_point started, std::vector<answer>& out);
 

@@ -319,6 +319,25 @@ TEST_CASE("patience: the estimate is a low quantile of the recent close ages", "
     CHECK(p.samples() == 12);
 }
 
+TEST_CASE("patience: close ages shorter than a one-query batch do not teach the patience",
+          "[embedding_search][patience]") {
+    patience_options o;
+    o.min_samples = 4;
+    patience_estimator p(o);
+    // 17 clients wait 50-66 ms; 3 (15 %) close at once.
+    for (int i = 0; i < 17; ++i) p.record_close(0.050 + 0.001 * i);
+    for (const double age : {0.0, 0.0001, 0.0002}) p.record_close(age);
+    // All counted, the 0.1 quantile is one of the instant closes.
+    CHECK(*p.estimate() == Approx(0.0002));
+    // Left out below a one-query batch of 1 ms: the clients that waited decide.
+    CHECK(*p.estimate(0.001) == Approx(0.052));
+    // Too few ages count: no estimate.
+    patience_estimator q(o);
+    for (const double age : {0.0, 0.0001, 0.0002, 0.05}) q.record_close(age);
+    CHECK(q.estimate().has_value());
+    CHECK_FALSE(q.estimate(0.001).has_value());
+}
+
 TEST_CASE("patience: the batch cost model fits fixed + per-query time", "[embedding_search][patience]") {
     batch_cost_model m;
     CHECK_FALSE(m.predict(10).has_value());
