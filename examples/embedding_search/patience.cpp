@@ -4,40 +4,61 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace embedding_search {
 
 patience_estimator::patience_estimator(const patience_options& o)
     : window_(std::max<std::size_t>(1, o.window)),
       min_samples_(std::max<std::size_t>(1, o.min_samples)),
-      quantile_(std::clamp(o.quantile, 0.0, 1.0)) {
-    ring_.reserve(window_);
+      quantile_(std::clamp(o.quantile, 0.0, 1.0)),
+      max_age_(o.max_sample_age_seconds > 0 ? o.max_sample_age_seconds : std::numeric_limits<double>::infinity()) {
+    closes_.v.reserve(window_);
+    delivered_.v.reserve(window_);
 }
 
-void patience_estimator::record_close(double age_seconds) {
+void patience_estimator::push(ring& r, double age_seconds, time_point at) {
+    if (r.v.size() < window_) {
+        r.v.push_back({age_seconds, at});
+    } else {
+        r.v[r.next] = {age_seconds, at};
+    }
+    r.next = (r.next + 1) % window_;
+}
+
+void patience_estimator::record_close(double age_seconds, time_point at) {
     if (!std::isfinite(age_seconds) || age_seconds < 0) return;
     const std::lock_guard lock(mutex_);
-    if (ring_.size() < window_) {
-        ring_.push_back(age_seconds);
-    } else {
-        ring_[next_] = age_seconds;
-    }
-    next_ = (next_ + 1) % window_;
+    push(closes_, age_seconds, at);
     ++samples_;
 }
 
-std::optional<double> patience_estimator::estimate(double ignore_below_seconds) const {
+void patience_estimator::record_delivered(double age_seconds, time_point at) {
+    if (!std::isfinite(age_seconds) || age_seconds < 0) return;
+    const std::lock_guard lock(mutex_);
+    push(delivered_, age_seconds, at);
+}
+
+// Called with the mutex held.
+std::optional<double> patience_estimator::quantile_of(const ring& r, time_point now,
+                                                      double ignore_below_seconds) const {
     std::vector<double> ages;
-    {
-        const std::lock_guard lock(mutex_);
-        ages.reserve(ring_.size());
-        for (const double a : ring_)
-            if (a >= ignore_below_seconds) ages.push_back(a);
-    }
+    ages.reserve(r.v.size());
+    for (const sample& x : r.v)
+        if (x.age >= ignore_below_seconds && std::chrono::duration<double>(now - x.at).count() <= max_age_)
+            ages.push_back(x.age);
     if (ages.empty() || ages.size() < std::min(min_samples_, window_)) return std::nullopt;
     const auto at = std::size_t(quantile_ * double(ages.size() - 1) + 0.5);
     std::nth_element(ages.begin(), ages.begin() + std::ptrdiff_t(at), ages.end());
     return ages[at];
+}
+
+std::optional<double> patience_estimator::estimate(time_point now, double ignore_below_seconds) const {
+    const std::lock_guard lock(mutex_);
+    const std::optional<double> closed = quantile_of(closes_, now, ignore_below_seconds);
+    if (!closed) return std::nullopt;
+    const std::optional<double> waited = quantile_of(delivered_, now, 0.0);
+    return waited ? std::max(*closed, *waited) : *closed;
 }
 
 std::uint64_t patience_estimator::samples() const {

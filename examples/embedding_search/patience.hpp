@@ -16,6 +16,7 @@
 // Pure and thread-safe: the engine feeds it and asks it; the tests give it
 // values directly.
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,11 @@ struct patience_options {
     std::size_t window = 256;
     /// Below this many close ages there is no estimate (nothing is shed).
     std::size_t min_samples = 16;
+    /// Close and delivered ages recorded longer ago than this are forgotten:
+    /// an estimate learned under a past load does not stay forever, and with
+    /// no recent close ages there is none (everything is computed) until
+    /// clients leave again.
+    double max_sample_age_seconds = 30.0;
     /// A query is kept when its time left is at least margin x overrun x the
     /// batch's predicted time + reserve x the patience, where overrun is the
     /// `overrun_quantile` of the recent batches' actual / predicted times
@@ -55,25 +61,49 @@ struct patience_options {
 };
 
 /// The clients' patience, from the ages at which their connections closed
-/// while their query was pending: the `quantile` of the last `window` ages.
+/// while their query was pending: the `quantile` of the last `window` ages
+/// recorded within `max_sample_age_seconds`.
+///
+/// Clients the policy sheds do not close while pending, so once shedding
+/// works the close ages alone could only pull the estimate down. An answer
+/// delivered at age t shows that its client waited at least t: the estimate is
+/// at least the same quantile of the recently delivered ages (a second
+/// window, same rules) once there are `min_samples` of them.
 class patience_estimator {
 public:
+    using time_point = std::chrono::steady_clock::time_point;
+
     explicit patience_estimator(const patience_options& o = {});
-    void record_close(double age_seconds);
-    /// Ages below `ignore_below_seconds` are left out (the engine passes the
-    /// learned time of a one-query batch): a client that closes sooner could
-    /// not have been answered by any schedule, so it says nothing about how
-    /// long the clients wait, and a tenth of such closes would otherwise drive
-    /// a low quantile to about 0 and every batch to one query. None before
-    /// `min_samples` ages that count.
-    std::optional<double> estimate(double ignore_below_seconds = 0.0) const;
+    /// A client closed at `age_seconds`, at time `at`.
+    void record_close(double age_seconds, time_point at);
+    /// A query was answered at `age_seconds`, at time `at`.
+    void record_delivered(double age_seconds, time_point at);
+    /// At time `now`. Close ages below `ignore_below_seconds` are left out
+    /// (the engine passes the learned time of a one-query batch): a client
+    /// that closes sooner could not have been answered by any schedule, so it
+    /// says nothing about how long the clients wait, and a tenth of such
+    /// closes would otherwise drive a low quantile to about 0 and every batch
+    /// to one query. None before `min_samples` recent close ages that count.
+    std::optional<double> estimate(time_point now, double ignore_below_seconds = 0.0) const;
+    /// Close ages recorded, all time.
     std::uint64_t samples() const;
 
 private:
+    struct sample {
+        double age;
+        time_point at;
+    };
+    struct ring {
+        std::vector<sample> v;
+        std::size_t next = 0;
+    };
+    void push(ring& r, double age_seconds, time_point at);
+    std::optional<double> quantile_of(const ring& r, time_point now, double ignore_below_seconds) const;
+
     mutable std::mutex mutex_;
-    std::vector<double> ring_;
-    std::size_t next_ = 0, window_, min_samples_;
-    double quantile_;
+    ring closes_, delivered_;
+    std::size_t window_, min_samples_;
+    double quantile_, max_age_;
     std::uint64_t samples_ = 0;
 };
 

@@ -250,7 +250,8 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
             clients_gone_.fetch_add(1, std::memory_order_relaxed);
             // How long this client waited before it left: what the patience
             // policy learns from (recorded with the policy off too, for /metrics).
-            patience_.record_close(std::chrono::duration<double>(now() - watch->entered).count());
+            const auto at = now();
+            patience_.record_close(std::chrono::duration<double>(at - watch->entered).count(), at);
             watch->signal.emit(type);
         });
     }
@@ -335,6 +336,11 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
     if (r->expired) {
         expired(expiry_stage::batch_start, "the deadline passed before its batch started");
         co_return outcome;
+    }
+    if (patient) {
+        // Its client waited at least this long (patience_estimator).
+        const auto at = now();
+        patience_.record_delivered(std::chrono::duration<double>(at - entered).count(), at);
     }
     outcome.hits = std::move(r->hits);
     co_return outcome;
@@ -424,7 +430,7 @@ std::optional<double> search_engine::learned_patience() const {
     const double one = o.fixed_cost_seconds > 0 || o.per_query_cost_seconds > 0
                            ? o.fixed_cost_seconds + o.per_query_cost_seconds
                            : batch_cost_.predict(1).value_or(0.0);
-    return patience_.estimate(one);
+    return patience_.estimate(now(), one);
 }
 
 std::vector<std::size_t> search_engine::apply_patience(std::span<item> batch, std::vector<std::size_t> live,

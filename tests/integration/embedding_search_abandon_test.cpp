@@ -305,17 +305,18 @@ TEST_CASE("patience: the estimate is a low quantile of the recent close ages", "
     o.window = 8;
     o.quantile = 0.25;
     patience_estimator p(o);
-    for (const double age : {0.05, 0.06, 0.04}) p.record_close(age);
-    CHECK_FALSE(p.estimate().has_value());  // fewer than min_samples
-    p.record_close(0.07);
-    REQUIRE(p.estimate().has_value());
+    const patience_estimator::time_point t{};
+    for (const double age : {0.05, 0.06, 0.04}) p.record_close(age, t);
+    CHECK_FALSE(p.estimate(t).has_value());  // fewer than min_samples
+    p.record_close(0.07, t);
+    REQUIRE(p.estimate(t).has_value());
     // {0.04, 0.05, 0.06, 0.07}: the 0.25 quantile is the second (index round(0.75) = 1).
-    CHECK(*p.estimate() == Approx(0.05));
-    p.record_close(-1.0);  // not an age: ignored
+    CHECK(*p.estimate(t) == Approx(0.05));
+    p.record_close(-1.0, t);  // not an age: ignored
     CHECK(p.samples() == 4);
     // The window forgets: eight ages of 0.2 s replace the old ones.
-    for (int i = 0; i < 8; ++i) p.record_close(0.2);
-    CHECK(*p.estimate() == Approx(0.2));
+    for (int i = 0; i < 8; ++i) p.record_close(0.2, t);
+    CHECK(*p.estimate(t) == Approx(0.2));
     CHECK(p.samples() == 12);
 }
 
@@ -324,18 +325,52 @@ TEST_CASE("patience: close ages shorter than a one-query batch do not teach the 
     patience_options o;
     o.min_samples = 4;
     patience_estimator p(o);
+    const patience_estimator::time_point t{};
     // 17 clients wait 50-66 ms; 3 (15 %) close at once.
-    for (int i = 0; i < 17; ++i) p.record_close(0.050 + 0.001 * i);
-    for (const double age : {0.0, 0.0001, 0.0002}) p.record_close(age);
+    for (int i = 0; i < 17; ++i) p.record_close(0.050 + 0.001 * i, t);
+    for (const double age : {0.0, 0.0001, 0.0002}) p.record_close(age, t);
     // All counted, the 0.1 quantile is one of the instant closes.
-    CHECK(*p.estimate() == Approx(0.0002));
+    CHECK(*p.estimate(t) == Approx(0.0002));
     // Left out below a one-query batch of 1 ms: the clients that waited decide.
-    CHECK(*p.estimate(0.001) == Approx(0.052));
+    CHECK(*p.estimate(t, 0.001) == Approx(0.052));
     // Too few ages count: no estimate.
     patience_estimator q(o);
-    for (const double age : {0.0, 0.0001, 0.0002, 0.05}) q.record_close(age);
-    CHECK(q.estimate().has_value());
-    CHECK_FALSE(q.estimate(0.001).has_value());
+    for (const double age : {0.0, 0.0001, 0.0002, 0.05}) q.record_close(age, t);
+    CHECK(q.estimate(t).has_value());
+    CHECK_FALSE(q.estimate(t, 0.001).has_value());
+}
+
+TEST_CASE("patience: delivered ages hold the estimate up; ages older than 30 s are forgotten",
+          "[embedding_search][patience]") {
+    patience_options o;
+    o.min_samples = 4;
+    o.quantile = 0.25;
+    patience_estimator p(o);
+    const patience_estimator::time_point t0{};
+    // Clients closed at 10-40 ms under a past load: the estimate is 20 ms.
+    for (const double age : {0.01, 0.02, 0.03, 0.04}) p.record_close(age, t0);
+    CHECK(*p.estimate(t0) == Approx(0.02));
+    // Shedding works now, no one closes; answers go out at 50-80 ms: those
+    // clients waited at least that long, and the estimate follows them.
+    for (const double age : {0.05, 0.06, 0.07}) p.record_delivered(age, t0 + 1s);
+    CHECK(*p.estimate(t0 + 1s) == Approx(0.02));  // three delivered: too few yet
+    p.record_delivered(0.08, t0 + 1s);
+    CHECK(*p.estimate(t0 + 1s) == Approx(0.06));
+    // Delivered ages alone make no estimate: no client leaves, nothing to shed.
+    patience_estimator q(o);
+    for (const double age : {0.05, 0.06, 0.07, 0.08}) q.record_delivered(age, t0);
+    CHECK_FALSE(q.estimate(t0).has_value());
+    // Delivered ages below the close quantile do not lower it.
+    for (int i = 0; i < 4; ++i) p.record_delivered(0.001, t0 + 2s);
+    CHECK(*p.estimate(t0 + 2s) == Approx(0.02));
+
+    // 30 s later the close ages of t0 are forgotten: no estimate until
+    // clients leave again.
+    CHECK(p.estimate(t0 + 30s).has_value());
+    CHECK_FALSE(p.estimate(t0 + 31s).has_value());
+    for (const double age : {0.1, 0.2, 0.3, 0.4}) p.record_close(age, t0 + 31s);
+    // (the delivered ages of t0 + 1 s and 2 s are still within 30 s, all below 0.2)
+    CHECK(*p.estimate(t0 + 31s) == Approx(0.2));
 }
 
 TEST_CASE("patience: the batch cost model fits fixed + per-query time", "[embedding_search][patience]") {
