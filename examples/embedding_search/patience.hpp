@@ -49,9 +49,8 @@ struct patience_options {
     /// (batch_cost_model::overrun), and the reserve covers what the server
     /// cannot see: the request's way in before its age starts, the delay in
     /// noticing a close (both in the learned patience), and the answer's way
-    /// back. 0.3 keeps the share of computed answers that arrive too late
-    /// near 1 % on a loaded 2-vCPU machine with a 50 ms timeout (0.04-0.16
-    /// let 23-61 % of them arrive too late there; docs/embedding_search.md).
+    /// back; none of these scales with the batch, so it is a share of the
+    /// patience (0.3: a setting, not a fitted value).
     double margin = 1.1;
     double overrun_quantile = 0.9;
     double reserve = 0.3;
