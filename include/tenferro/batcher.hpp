@@ -132,10 +132,10 @@ public:
         // function (use_awaitable), the item's block is taken here, where a
         // failure still reaches the caller (at its co_await), and carried by
         // the initiation.
-        constexpr std::size_t reserved = detail::reserved_submit_bytes<CompletionToken, In, Out>();
+        using reservation = detail::submit_reservation_t<CompletionToken, In, Out>;
         return asio::async_initiate<CompletionToken, detail::submit_signature<Out>>(
-            detail::initiate_submit<In, Out, reserved, detail::fails_inline_v<CompletionToken>>{
-                core_, detail::reserved_op_block<reserved>::take()},
+            detail::initiate_submit<In, Out, reservation, detail::fails_inline_v<CompletionToken>>{
+                core_, detail::take_reservation<reservation>(token)},
             token, std::move(item));
     }
 

@@ -293,14 +293,14 @@ struct initiate_write_npy {
 
 /// The initiation of the prepared paths (use_awaitable and its adapters), whose
 /// operation was made beforehand and whose completion's block was reserved
-/// (`Reserved` bytes; 0 when the handler names its own allocator): Asio runs it
-/// inside a noexcept function, and it allocates nothing but that block (S19).
-/// The reservation is checked against the handler Asio actually passes.
-template <class IoExecutor, class Operation, class Receiver, std::size_t Reserved, class... Rest>
+/// (`Reservation`, prepared_npy_reservation_t): Asio runs it inside a noexcept
+/// function, and it allocates nothing but that block (S19). The reservation
+/// is checked against the handler Asio actually passes.
+template <class IoExecutor, class Operation, class Receiver, class Reservation, class... Rest>
 struct initiate_prepared_npy {
     IoExecutor io_executor;
     std::shared_ptr<Operation> op;
-    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
+    [[no_unique_address]] mutable Reservation reserved;
 
     using executor_type = IoExecutor;
     executor_type get_executor() const noexcept { return io_executor; }
@@ -308,26 +308,26 @@ struct initiate_prepared_npy {
     template <class Handler>
     void operator()(Handler&& handler) const {
         using completion = npy_completion<std::decay_t<Handler>, IoExecutor, Receiver, Rest...>;
-        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(completion)>::checked);
-        reserved.place();  // the completion's allocation takes it
+        static_assert(Reservation::template check<sizeof(completion), alignof(completion)>());
+        [[maybe_unused]] const auto placed = reserved.place();  // the completion's allocation takes it
         launch_npy_operation<completion>(std::move(handler), io_executor, op);
     }
 };
 
 /// The completion of an operation completing with `void(asio_error_code, Rest...)`, as one
-/// template of the handler (what reserved_op_bytes computes the reservation from).
+/// template of the handler (what op_reservation_t computes the reservation from).
 template <class IoExecutor, class Receiver, class... Rest>
 struct npy_completion_for {
     template <class Handler>
     using type = npy_completion<Handler, IoExecutor, Receiver, Rest...>;
 };
 
-/// The completion block an initiation with `Token` (a token of noexcept_initiation)
-/// allocates: what the prepared paths reserve (0: the handler's own allocator).
+/// What an initiation with `Token` (a token of noexcept_initiation) reserves
+/// for the completion's block: what the prepared paths take beforehand.
 template <class Token, class IoExecutor, class Receiver, class... Rest>
-inline constexpr std::size_t prepared_npy_block_size =
-    reserved_op_bytes<Token, npy_completion_for<IoExecutor, Receiver, Rest...>::template type,
-                      void(asio_error_code, Rest...)>();
+using prepared_npy_reservation_t =
+    op_reservation_t<Token, npy_completion_for<IoExecutor, Receiver, Rest...>::template type,
+                     void(asio_error_code, Rest...)>;
 
 /// `function: 'path'`, the prefix of the exceptions thrown for `use_awaitable`.
 std::string npy_error_context(std::string_view function, const std::filesystem::path& path);
@@ -351,25 +351,24 @@ concept io_executor = asio::execution::is_executor<T>::value || asio::is_executo
 template <class Token, class IoExecutor>
 auto read_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path, const npy_read_options& options,
                        Token&& token) {
-    constexpr std::size_t reserved =
-        prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_read_receiver, tensor>;
-    using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reserved, tensor>;
+    using reservation = prepared_npy_reservation_t<std::decay_t<Token>, IoExecutor, npy_read_receiver, tensor>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_read_operation, npy_read_receiver, reservation, tensor>;
     using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code, tensor)>;
     prepare_handoff_retry();
     prepare_completion_executor<handler, IoExecutor>();
-    initiation init{io_executor, make_read_npy_op(std::move(path), options), reserved_op_block<reserved>::take()};
+    initiation init{io_executor, make_read_npy_op(std::move(path), options), take_reservation<reservation>(token)};
     return asio::async_initiate<Token, void(asio_error_code, tensor)>(std::move(init), token);
 }
 
 template <class Token, class IoExecutor>
 auto write_npy_prepared(const IoExecutor& io_executor, std::filesystem::path path, const_tensor_view view,
                         Token&& token) {
-    constexpr std::size_t reserved = prepared_npy_block_size<std::decay_t<Token>, IoExecutor, npy_write_receiver>;
-    using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reserved>;
+    using reservation = prepared_npy_reservation_t<std::decay_t<Token>, IoExecutor, npy_write_receiver>;
+    using initiation = initiate_prepared_npy<IoExecutor, npy_write_operation, npy_write_receiver, reservation>;
     using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<void(asio_error_code)>;
     prepare_handoff_retry();
     prepare_completion_executor<handler, IoExecutor>();
-    initiation init{io_executor, make_write_npy_op(std::move(path), view), reserved_op_block<reserved>::take()};
+    initiation init{io_executor, make_write_npy_op(std::move(path), view), take_reservation<reservation>(token)};
     return asio::async_initiate<Token, void(asio_error_code)>(std::move(init), token);
 }
 

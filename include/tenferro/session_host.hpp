@@ -238,12 +238,12 @@ public:
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
             detail::initiate_entry<
                 detail::entry_kind::scope, detail::no_opener, true,
-                detail::reserved_initiation_bytes<token_type, detail::entry_kind::scope, detail::no_opener, F>(),
+                detail::entry_reservation_t<token_type, detail::entry_kind::scope, detail::no_opener, F>,
                 detail::fails_inline_v<token_type>>{
                 core_,
                 options,
                 {},
-                detail::reserved_initiation_block<token_type, detail::entry_kind::scope, detail::no_opener, F>()},
+                detail::reserved_initiation_block<token_type, detail::entry_kind::scope, detail::no_opener, F>(token)},
             token, std::forward<F>(body));
     }
 
@@ -298,12 +298,11 @@ protected:
                     std::optional<std::decay_t<F>>(std::in_place, std::forward<F>(f)));
         }
         return asio::async_initiate<CompletionToken, detail::entry_signature<R>>(
-            detail::initiate_entry<
-                detail::entry_kind::session, Opener, true,
-                detail::reserved_initiation_bytes<token_type, detail::entry_kind::session, Opener, F>(),
-                detail::fails_inline_v<token_type>>{
+            detail::initiate_entry<detail::entry_kind::session, Opener, true,
+                                   detail::entry_reservation_t<token_type, detail::entry_kind::session, Opener, F>,
+                                   detail::fails_inline_v<token_type>>{
                 core_, options, std::move(opener),
-                detail::reserved_initiation_block<token_type, detail::entry_kind::session, Opener, F>()},
+                detail::reserved_initiation_block<token_type, detail::entry_kind::session, Opener, F>(token)},
             token, std::forward<F>(f));
     }
 

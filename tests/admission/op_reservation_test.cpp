@@ -1,11 +1,12 @@
 // The S19 reservation is exact: before an initiation that Asio runs inside a
-// noexcept function (use_awaitable and its adapters), session_host reserves
-// this thread's op block (reserve_for_initiation); the entry then allocates
-// it. Too small a reservation and the allocation may throw where it must not
-// (the fault loop, tests/faults, finds that); too large a one passes the
-// fault loop unseen and keeps a block per thread that no entry fills. So each
-// token, on each path that allocates, must ask the op cache for exactly the
-// size reserved for it (src/async/op_cache_record.hpp records both).
+// noexcept function (use_awaitable and its adapters), the operation's block
+// is taken when the awaitable is made and carried by the initiation
+// (entry_reservation_t); the entry then allocates it. Too small a reservation and the allocation may throw where it
+// must not (the fault loop, tests/faults, finds that); too large a one passes the fault loop unseen and keeps a block
+// per thread that no entry fills. So each token, on each path that allocates, must ask the op cache for exactly the
+// size reserved for it (src/async/op_cache_record.hpp records both). With a
+// token that binds an allocator, the block comes from that allocator when the
+// operation is made, and the initiation takes nothing more from it.
 //
 // The reservation names Asio's handler types through their public
 // declarations and models the adapters' wrappers (docs/asio-detail-pins.md):
@@ -302,25 +303,193 @@ TEST_CASE("S19: a batcher submit allocates exactly the block reserved for its it
     }
 }
 
-TEST_CASE("S19: an entry whose handler names its allocator (bind_allocator) reserves nothing and allocates from it") {
+namespace op_reservation_test {
+
+using tenferro::test::allocation_policy;
+using tenferro::test::test_allocator;
+
+/// bind_allocator, outermost and under each adapter that exposes the token it
+/// wraps (noexcept_initiation.hpp, bound_allocator).
+enum class bound_kind {
+    outer,
+    under_as_tuple,
+    under_bind_executor,
+    under_redirect_error,
+    under_cancel_after,
+    over_as_tuple
+};
+
+const char* name_of(bound_kind k) {
+    switch (k) {
+    case bound_kind::outer:
+        return "bind_allocator(use_awaitable)";
+    case bound_kind::under_as_tuple:
+        return "as_tuple(bind_allocator(use_awaitable))";
+    case bound_kind::under_bind_executor:
+        return "bind_executor(bind_allocator(use_awaitable))";
+    case bound_kind::under_redirect_error:
+        return "redirect_error(bind_allocator(use_awaitable))";
+    case bound_kind::under_cancel_after:
+        return "cancel_after(bind_allocator(use_awaitable))";
+    case bound_kind::over_as_tuple:
+        return "bind_allocator(as_tuple(use_awaitable))";
+    }
+    return "?";
+}
+
+constexpr bound_kind bound_kinds[] = {
+    bound_kind::outer,
+    bound_kind::under_as_tuple,
+    bound_kind::under_bind_executor,
+    bound_kind::under_redirect_error,
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+    bound_kind::under_cancel_after,
+#endif
+    bound_kind::over_as_tuple,
+};
+
+/// Makes the operation with `start(token)` for `kind`'s token around `a`,
+/// records how many blocks `a` had served once it was made (`at_make`), then
+/// awaits it.
+template <class Start>
+asio::awaitable<void> make_then_await(bound_kind kind, test_allocator<void> a, Start start, int& at_make) {
+    const auto made = [&] { at_make = a.policy->made; };
+    const asio::any_io_executor ex = co_await asio::this_coro::executor;
+    tenferro::asio_error_code ec;
+    switch (kind) {
+    case bound_kind::outer: {
+        auto op = start(asio::bind_allocator(a, asio::use_awaitable));
+        made();
+        (void)co_await std::move(op);
+        break;
+    }
+    case bound_kind::under_as_tuple: {
+        auto op = start(tenferro::test::as_tuple(asio::bind_allocator(a, asio::use_awaitable)));
+        made();
+        (void)co_await std::move(op);
+        break;
+    }
+    case bound_kind::under_bind_executor: {
+        auto op = start(asio::bind_executor(ex, asio::bind_allocator(a, asio::use_awaitable)));
+        made();
+        (void)co_await std::move(op);
+        break;
+    }
+    case bound_kind::under_redirect_error: {
+        auto op = start(asio::redirect_error(asio::bind_allocator(a, asio::use_awaitable), ec));
+        made();
+        (void)co_await std::move(op);
+        break;
+    }
+    case bound_kind::under_cancel_after:
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+    {
+        auto op = start(asio::cancel_after(std::chrono::hours(1), asio::bind_allocator(a, asio::use_awaitable)));
+        made();
+        (void)co_await std::move(op);
+    }
+#endif
+    break;
+    case bound_kind::over_as_tuple: {
+        auto op = start(asio::bind_allocator(a, tenferro::test::as_tuple(asio::use_awaitable)));
+        made();
+        (void)co_await std::move(op);
+        break;
+    }
+    }
+}
+
+/// Runs `start` for each bound kind while a holder keeps the host's one
+/// permit, so that the operation waits once initiated: its op's block must
+/// have come from the bound allocator when the operation was made, and the
+/// initiation (inside Asio's noexcept function) must have taken nothing more
+/// from it. `waiting`: true once the operation waits.
+template <class Start, class Waiting>
+void check_block_taken_when_made(const char* what, test_host& host, Start start, Waiting waiting) {
+    for (const bound_kind kind : bound_kinds) {
+        asio::io_context io;
+        gate g;
+        auto holder = host.with_backend_session(
+            {1, wait_policy::fifo, placement::compute}, [&](test_session&) { g.wait(); }, asio::use_future);
+        REQUIRE(g.wait_for_waiters(1));
+        auto policy = std::make_shared<allocation_policy>();
+        int at_make = -1;
+        bool done = false;
+        spawn(io, [&]() -> asio::awaitable<void> {
+            co_await make_then_await(kind, test_allocator<void>(policy), start, at_make);
+            done = true;
+        });
+        REQUIRE(run_until(io, [&] { return waiting(); }));
+        INFO(what << ", " << name_of(kind) << ": at make " << at_make << ", once waiting " << policy->made << " ("
+                  << policy->library_blocks << " the library's)");
+        CHECK(at_make == 1);                 // taken when the operation was made
+        CHECK(policy->library_blocks == 1);  // and nothing more in the initiation
+        // cancel_after's own operation and its timer's wait come from the
+        // handler's allocator too, in Asio's initiation: Asio's (S19).
+        if (kind != bound_kind::under_cancel_after) CHECK(policy->made == 1);
+        g.open();
+        REQUIRE(run_until(io, [&] { return done; }));
+        holder.get();
+        io.run();
+        CHECK(policy->freed == policy->made);
+    }
+}
+
+}  // namespace op_reservation_test
+
+TEST_CASE("S19: a token that binds an allocator has the op's block taken from it when the operation is made") {
+    // Before, the block came from the allocator inside the initiation, which
+    // Asio runs inside a noexcept function: an allocator that threw there
+    // ended the process.
+    test_host host({.permits = 1});
+    check_block_taken_when_made(
+        "entry", host,
+        [&](auto token) {
+            return host.with_backend_session(
+                {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 6; }, std::move(token));
+        },
+        [&] { return host.stats().waiting == 1; });
+    check_block_taken_when_made(
+        "execution scope", host, [&](auto token) { return host.with_execution_scope(scope_body{}, std::move(token)); },
+        [&] { return host.stats().waiting == 1; });
+    batcher<test_host, int, int> b(host, {.max_batch = 4}, [](test_session&, std::span<int> items) {
+        return std::vector<int>(items.begin(), items.end());
+    });
+    check_block_taken_when_made(
+        "batcher submit", host, [&](auto token) { return b.submit(21, std::move(token)); },
+        [&] { return host.stats().waiting == 1; });  // its batch's session waits
+}
+
+TEST_CASE("S19: a bound allocator that refuses the block fails the call that makes the operation, nothing queued") {
     asio::io_context io;
     test_host host({.permits = 1});
-    auto counted = std::make_shared<tenferro::test::allocation_policy>();
-    std::optional<op_cache_record> record;
-    bool ok = false;
+    auto policy = std::make_shared<allocation_policy>();
+    policy->allowed = 0;
+    bool threw = false, unawaited_given_back = false;
     spawn(io, [&]() -> asio::awaitable<void> {
-        clear_op_cache_record();
-        const session_result<int> r = co_await host.with_backend_session(
-            {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 6; },
-            asio::bind_allocator(tenferro::test::test_allocator<void>(counted), asio::use_awaitable));
-        ok = r.has_value() && *r == 6;
-        record = last_op_cache_record();
+        try {
+            (void)host.with_backend_session(
+                {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 6; },
+                asio::bind_allocator(test_allocator<void>(policy), asio::use_awaitable));
+        } catch (const std::bad_alloc&) {
+            threw = true;
+        }
+        // A block taken for an operation never awaited goes back to the allocator.
+        policy->allowed = -1;
+        {
+            auto unawaited = host.with_backend_session(
+                {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 6; },
+                asio::bind_allocator(test_allocator<void>(policy), asio::use_awaitable));
+        }
+        unawaited_given_back = policy->made == 1 && policy->freed == 1;
+        co_return;
     });
-    REQUIRE(run_until(io, [&] { return record.has_value(); }));
-    CHECK(ok);
-    CHECK(counted->made >= 1);  // the op came from the handler's allocator
-    CHECK(record->reserved == 0);
-    CHECK(record->asked == 0);  // and not from the op cache
+    io.run();
+    CHECK(threw);
+    CHECK(policy->refused == 1);
+    CHECK(unawaited_given_back);
+    CHECK(host.stats().admitted == 0);
+    CHECK(host.stats().waiting == 0);
 }
 
 namespace op_reservation_test {

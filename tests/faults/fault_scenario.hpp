@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -215,16 +216,16 @@ inline const char* placement_name(placement where) { return where == placement::
 // makes (noexcept_initiation.hpp).
 // ---------------------------------------------------------------------------
 
-enum class adapter { bind_executor, bind_cancellation_slot, consign, cancel_after };
+enum class adapter { bind_executor, bind_cancellation_slot, bind_allocator, consign, cancel_after };
 
 inline const char* adapter_name(adapter a) {
-    const char* names[] = {"bind_executor", "bind_cancellation_slot", "consign", "cancel_after"};
+    const char* names[] = {"bind_executor", "bind_cancellation_slot", "bind_allocator", "consign", "cancel_after"};
     return names[static_cast<int>(a)];
 }
 
 /// The adapters this Asio has.
 inline std::vector<adapter> adapters() {
-    std::vector<adapter> all{adapter::bind_executor, adapter::bind_cancellation_slot};
+    std::vector<adapter> all{adapter::bind_executor, adapter::bind_cancellation_slot, adapter::bind_allocator};
 #if TENFERRO_ASIO_HAS_CONSIGN
     all.push_back(adapter::consign);
 #endif
@@ -247,6 +248,11 @@ asio::awaitable<T> await_adapted(adapter a, Base base, Start start) {
         asio::cancellation_signal signal;
         co_return co_await start(asio::bind_cancellation_slot(signal.slot(), std::move(base)));
     }
+    case adapter::bind_allocator:
+        // The handler's own allocator, std::allocator (the heap, where the
+        // faults are injected): the op's block comes from it, taken when the
+        // operation is made (reserved_own_block).
+        co_return co_await start(asio::bind_allocator(std::allocator<void>(), std::move(base)));
     case adapter::consign:
 #if TENFERRO_ASIO_HAS_CONSIGN
         co_return co_await start(asio::consign(std::move(base), 7));

@@ -8,9 +8,17 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 
+#include "tenferro/detail/async/op_allocator.hpp"
+
 namespace tenferro::test {
+
+template <class T>
+struct is_op_block : std::false_type {};
+template <std::size_t Size, std::size_t Align>
+struct is_op_block<tenferro::detail::op_block<Size, Align>> : std::true_type {};
 
 struct allocation_policy {
     /// Blocks larger than this many bytes are refused.
@@ -19,6 +27,10 @@ struct allocation_policy {
     int allowed = -1;
     int made = 0;     // served
     int refused = 0;  // refused
+    int freed = 0;    // given back
+    /// Of `made`: the library's own blocks (detail::op_block: every op it
+    /// allocates from a handler's own allocator), as against Asio's.
+    int library_blocks = 0;
 };
 
 template <class T>
@@ -37,9 +49,13 @@ struct test_allocator {
             throw std::bad_alloc();
         }
         ++policy->made;
+        if constexpr (is_op_block<T>::value) ++policy->library_blocks;
         return std::allocator<T>().allocate(n);
     }
-    void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+    void deallocate(T* p, std::size_t n) noexcept {
+        ++policy->freed;
+        std::allocator<T>().deallocate(p, n);
+    }
 
     template <class U>
     bool operator==(const test_allocator<U>& other) const noexcept {

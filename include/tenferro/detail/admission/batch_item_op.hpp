@@ -144,22 +144,21 @@ private:
 template <class Out>
 using submit_signature = void(std::exception_ptr, session_result<Out>);
 
-/// The bytes `batcher::submit` reserves before initiating with `Token` (S19):
-/// the item's block for the handler Asio makes, 0 when the initiation may throw.
+/// What `batcher::submit` reserves before initiating with `Token` (S19): the
+/// item's block for the handler Asio makes (op_reservation_t), nothing when
+/// the initiation may throw.
 template <class Token, class In, class Out>
-constexpr std::size_t reserved_submit_bytes() noexcept {
-    return reserved_op_bytes<Token, item_op_for<In, Out>::template type, submit_signature<Out>>();
-}
+using submit_reservation_t = op_reservation_t<Token, item_op_for<In, Out>::template type, submit_signature<Out>>;
 
-/// `batcher::submit`'s initiation. `Reserved`: the bytes of the item's block,
-/// taken beforehand and carried in `reserved` (reserved_submit_bytes; 0:
-/// none), checked against the handler Asio actually passes. `FailsInline`: a token whose handler
-/// completes here when the item's block cannot be had (use_future,
+/// `batcher::submit`'s initiation. `Reservation`: the item's block, taken
+/// beforehand and carried in `reserved` (submit_reservation_t), checked
+/// against the handler Asio actually passes. `FailsInline`: a token whose
+/// handler completes here when the item's block cannot be had (use_future,
 /// fails_inline).
-template <class In, class Out, std::size_t Reserved = 0, bool FailsInline = false>
+template <class In, class Out, class Reservation = reserved_op_block<0>, bool FailsInline = false>
 struct initiate_submit {
     std::shared_ptr<batcher_core> core;
-    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
+    [[no_unique_address]] mutable Reservation reserved;
 
     /// The executor the operation exposes, as Asio's operations do: where a
     /// handler with no executor of its own completes, and where Asio's
@@ -170,8 +169,8 @@ struct initiate_submit {
     template <class Handler>
     void operator()(Handler&& handler, In item) const {
         using op_type = batch_item_op<std::decay_t<Handler>, In, Out>;
-        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, sizeof(op_type)>::checked);
-        reserved.place();  // launch's allocation takes it
+        static_assert(Reservation::template check<sizeof(op_type), alignof(op_type)>());
+        [[maybe_unused]] const auto placed = reserved.place();  // launch's allocation takes it
         op_type* op = nullptr;
         if constexpr (FailsInline) {
             try {

@@ -63,34 +63,34 @@ inline constexpr bool awaitable_entry_applies<asio::use_awaitable_t<Executor>, F
      )&&(std::is_void_v<typename body_traits<F, typename Opener::session_type>::value_type> ||
          std::is_nothrow_move_constructible_v<typename body_traits<F, typename Opener::session_type>::value_type>);
 
-/// The bytes reserve_for_initiation reserves for an entry with this token
-/// (0 for a token of no noexcept_initiation, or whose handler names its own
-/// allocator): the first block its initiation
-/// allocates (entry_op::initiation_block_size) for the handler Asio makes.
+/// The entry's op for the handler `H`, as a one-parameter template
+/// (op_reservation_t's `Block`).
+template <entry_kind Kind, class Opener, class F>
+struct entry_op_for {
+    template <class H>
+    using type = entry_op<H, std::decay_t<F>, Kind, Opener>;
+};
+
+/// What an entry with this token reserves before its initiation (S19,
+/// op_reservation_t): the first block its initiation allocates
+/// (entry_op::initiation_block_size) for the handler Asio makes, from the op
+/// cache or from the token's bound allocator; nothing for a token whose
+/// initiation may throw.
 template <class Token, entry_kind Kind, class Opener, class F>
-constexpr std::size_t reserved_initiation_bytes() noexcept {
-    using token = std::decay_t<Token>;
-    if constexpr (noexcept_initiation<token>::value) {
-        using arg_type =
-            std::conditional_t<Kind == entry_kind::session, typename Opener::session_type, execution_scope>;
-        using R = typename body_traits<F, arg_type>::value_type;
-        using handler = typename noexcept_initiation<token>::template handler<entry_signature<R>>;
-        if constexpr (allocates_from_op_cache<handler>)
-            return entry_op<handler, std::decay_t<F>, Kind, Opener>::initiation_block_size();
-        else
-            return 0;  // (the op comes from the handler's own allocator)
-    } else {
-        return 0;
-    }
-}
+using entry_reservation_t =
+    op_reservation_t<Token, entry_op_for<Kind, Opener, F>::template type,
+                     entry_signature<typename body_traits<
+                         F, std::conditional_t<Kind == entry_kind::session, typename Opener::session_type,
+                                               execution_scope>>::value_type>>;
 
 /// For a token of noexcept_initiation, the op block of the entry about to be
-/// initiated, which its initiation object carries (reserved_op_block; empty
-/// for any other token). Throws std::bad_alloc here, in the caller's
-/// coroutine, where the exception reaches the co_await.
+/// initiated, which its initiation object carries (entry_reservation_t;
+/// empty for any other token). Throws std::bad_alloc (or what the token's
+/// allocator throws) here, in the caller's coroutine, where the exception
+/// reaches the co_await.
 template <class Token, entry_kind Kind, class Opener, class F>
-auto reserved_initiation_block() {
-    return reserved_op_block<reserved_initiation_bytes<Token, Kind, Opener, F>()>::take();
+auto reserved_initiation_block(const Token& token) {
+    return take_reservation<entry_reservation_t<Token, Kind, Opener, F>>(token);
 }
 
 /// The executor type of a use_awaitable_t token.
@@ -110,9 +110,9 @@ asio::awaitable<session_result<R>, Executor> general_entry(std::shared_ptr<host_
     using token = asio::use_awaitable_t<Executor>;
     return asio::async_initiate<const token&, entry_signature<R>>(
         initiate_entry<entry_kind::session, Opener, TryInline,
-                       reserved_initiation_bytes<token, entry_kind::session, Opener, F>()>{
+                       entry_reservation_t<token, entry_kind::session, Opener, F>>{
             std::move(core), options, std::move(opener),
-            reserved_initiation_block<token, entry_kind::session, Opener, F>()},
+            reserved_initiation_block<token, entry_kind::session, Opener, F>(token{})},
         token{}, std::forward<F>(fn));
 }
 

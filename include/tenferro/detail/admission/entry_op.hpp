@@ -148,7 +148,7 @@ public:
     }
     /// The block this entry's initiation allocates first: the inline fast
     /// path's where it may take it, else the op's. What the S19 reservation
-    /// reserves (reserve_for_initiation), and all it reserves: an entry that
+    /// reserves (entry_reservation_t), and all it reserves: an entry that
     /// goes the general way after all allocates its op, of inline_block_size()
     /// too while the op is the larger of the two.
     static constexpr std::size_t initiation_block_size() noexcept {
@@ -598,19 +598,20 @@ static_assert(sizeof(packed_options) == 24);
 /// refused (awaitable_entry): not asking again saves a lock. A template
 /// parameter, not a member: with use_awaitable, Asio's initiation frame holds
 /// this object for as long as the entry is parked, and a flag would add a word
-/// to every parked entry. `Reserved`: the bytes of the initiation's first
-/// block, taken beforehand and carried in `reserved` (S19,
-/// reserved_initiation_block; 0: none), computed from the token, which this
-/// checks against the handler Asio actually passes (noexcept_initiation.hpp).
-/// `FailsInline`: a token
-/// whose handler completes here, rather than being destroyed uncalled, when
-/// the op's block cannot be had (use_future, fails_inline).
-template <entry_kind Kind, class Opener, bool TryInline = true, std::size_t Reserved = 0, bool FailsInline = false>
+/// to every parked entry. `Reservation`: the initiation's first block, taken
+/// beforehand and carried in `reserved` (S19, entry_reservation_t: from the
+/// op cache, from the token's bound allocator, or none), computed from the
+/// token, which this checks against the handler Asio actually passes
+/// (noexcept_initiation.hpp). `FailsInline`: a token whose handler completes
+/// here, rather than being destroyed uncalled, when the op's block cannot be
+/// had (use_future, fails_inline).
+template <entry_kind Kind, class Opener, bool TryInline = true, class Reservation = reserved_op_block<0>,
+          bool FailsInline = false>
 struct initiate_entry {
     std::shared_ptr<host_core> core;
     packed_options packed;
     Opener opener;
-    [[no_unique_address]] mutable reserved_op_block<Reserved> reserved;
+    [[no_unique_address]] mutable Reservation reserved;
 
     /// The executor the entry exposes, as Asio's operations do: where a
     /// handler with no executor of its own completes, and where Asio's
@@ -622,8 +623,8 @@ struct initiate_entry {
     template <class Handler, class F>
     void operator()(Handler&& handler, F&& body) const {
         using op = entry_op<std::decay_t<Handler>, std::decay_t<F>, Kind, Opener>;
-        if constexpr (Reserved != 0) static_assert(s19_reservation<Reserved, op::initiation_block_size()>::checked);
-        reserved.place();  // the first allocation below takes it
+        static_assert(Reservation::template check<op::initiation_block_size(), alignof(op)>());
+        [[maybe_unused]] const auto placed = reserved.place();  // the first allocation below takes it
         const session_options options = packed.unpack();
         if constexpr (op::inline_candidate && TryInline) {
             if (op::try_run_inline(std::forward<Handler>(handler), std::forward<F>(body), core, options, opener))

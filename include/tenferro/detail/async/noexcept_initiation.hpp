@@ -152,8 +152,8 @@ struct noexcept_initiation<asio::cancellation_slot_binder<Token, Slot>> : noexce
 
 template <class Token, class Allocator>
 struct noexcept_initiation<asio::allocator_binder<Token, Allocator>> : noexcept_initiation<Token> {
-    // (The op then comes from `Allocator`, not from the op cache: nothing
-    // can be reserved in it; reserved_op_bytes says 0.)
+    // (The op then comes from `Allocator`, not from the op cache: the
+    // reservation takes its block from it, op_reservation.)
     template <class Signature>
     using handler = asio::allocator_binder<typename noexcept_initiation<Token>::template handler<Signature>, Allocator>;
 };
@@ -260,21 +260,112 @@ template <class Handler>
 inline constexpr bool allocates_from_op_cache =
     std::is_same_v<asio::associated_allocator_t<Handler, op_allocator<void>>, op_allocator<void>>;
 
-/// The bytes to reserve before initiating with `Token` an operation whose op,
-/// for the handler `H`, is `Op<H>`, completing with `Signature` (0 for a token
-/// of no noexcept_initiation, or whose handler names its own allocator).
-template <class Token, template <class> class Op, class Signature>
-constexpr std::size_t reserved_op_bytes() noexcept {
-    using token = std::decay_t<Token>;
-    if constexpr (noexcept_initiation<token>::value) {
-        using handler = typename noexcept_initiation<token>::template handler<Signature>;
-        if constexpr (allocates_from_op_cache<handler>)
-            return sizeof(Op<handler>);
-        else
-            return 0;
-    } else {
-        return 0;
-    }
+/// The allocator a token binds (bind_allocator), where the reservation takes
+/// the op's block from it before the initiation (reserved_own_block):
+/// `reachable` when the token is an allocator_binder, or wraps one under
+/// adapters that expose the token they wrap: the binders (`get()`) and
+/// `as_tuple`, `redirect_error`, `cancel_after`, `cancel_at` (their public
+/// `token_`). `consign` keeps its token private: an allocator bound inside it
+/// is not reached, and its op is allocated inside the initiation (docs/contract.md, S19).
+template <class Token>
+struct bound_allocator : std::false_type {};
+template <class Token, class Allocator>
+struct bound_allocator<asio::allocator_binder<Token, Allocator>> : std::true_type {
+    static Allocator get(const asio::allocator_binder<Token, Allocator>& t) { return t.get_allocator(); }
+};
+/// An adapter whose wrapped token is `t.get()` (the binders).
+template <class Token, class Inner>
+struct bound_allocator_via_get : bound_allocator<Inner> {
+    static auto get(const Token& t) { return bound_allocator<Inner>::get(t.get()); }
+};
+/// An adapter whose wrapped token is its public member `t.token_`.
+template <class Token, class Inner>
+struct bound_allocator_via_member : bound_allocator<Inner> {
+    static auto get(const Token& t) { return bound_allocator<Inner>::get(t.token_); }
+};
+template <class Token, class Executor>
+struct bound_allocator<asio::executor_binder<Token, Executor>>
+    : bound_allocator_via_get<asio::executor_binder<Token, Executor>, Token> {};
+template <class Token, class Slot>
+struct bound_allocator<asio::cancellation_slot_binder<Token, Slot>>
+    : bound_allocator_via_get<asio::cancellation_slot_binder<Token, Slot>, Token> {};
+#if TENFERRO_ASIO_HAS_IMMEDIATE_EXECUTOR
+template <class Token, class Executor>
+struct bound_allocator<asio::immediate_executor_binder<Token, Executor>>
+    : bound_allocator_via_get<asio::immediate_executor_binder<Token, Executor>, Token> {};
+#endif
+#if TENFERRO_ASIO_TOKENS_EXPERIMENTAL
+template <class Token>
+struct bound_allocator<asio::experimental::as_tuple_t<Token>>
+    : bound_allocator_via_member<asio::experimental::as_tuple_t<Token>, Token> {};
+#else
+template <class Token>
+struct bound_allocator<asio::as_tuple_t<Token>> : bound_allocator_via_member<asio::as_tuple_t<Token>, Token> {};
+#endif
+template <class Token>
+struct bound_allocator<asio::redirect_error_t<Token>>
+    : bound_allocator_via_member<asio::redirect_error_t<Token>, Token> {};
+#if TENFERRO_ASIO_HAS_CANCEL_AFTER
+template <class Token, class Clock, class WaitTraits>
+struct bound_allocator<asio::cancel_after_t<Token, Clock, WaitTraits>>
+    : bound_allocator_via_member<asio::cancel_after_t<Token, Clock, WaitTraits>, Token> {};
+template <class Token, class Clock, class WaitTraits, class Executor>
+struct bound_allocator<asio::cancel_after_timer<Token, Clock, WaitTraits, Executor>>
+    : bound_allocator_via_member<asio::cancel_after_timer<Token, Clock, WaitTraits, Executor>, Token> {};
+template <class Token, class Clock, class WaitTraits>
+struct bound_allocator<asio::cancel_at_t<Token, Clock, WaitTraits>>
+    : bound_allocator_via_member<asio::cancel_at_t<Token, Clock, WaitTraits>, Token> {};
+template <class Token, class Clock, class WaitTraits, class Executor>
+struct bound_allocator<asio::cancel_at_timer<Token, Clock, WaitTraits, Executor>>
+    : bound_allocator_via_member<asio::cancel_at_timer<Token, Clock, WaitTraits, Executor>, Token> {};
+#endif
+
+/// The S19 reservation of an operation initiated with `Token`, whose first
+/// block, for the handler `H` Asio makes, is a `Block<H>`, from the op cache
+/// or from `H`'s own allocator:
+///  - nothing (reserved_op_block<0>) for a token of no noexcept_initiation,
+///    whose initiation may throw;
+///  - reserved_op_block of the first block's size (`Block<H>`'s, or its
+///    initiation_block_size() where it has one: an entry's inline fast path
+///    takes a larger block) when the handler names no allocator;
+///  - reserved_own_block from the token's bound allocator when it names one
+///    (bind_allocator), or nothing where that allocator is not reachable
+///    (bound_allocator).
+/// take_reservation<R>(token) takes it.
+template <class T>
+constexpr std::size_t first_block_size() noexcept {
+    if constexpr (requires { T::initiation_block_size(); })
+        return T::initiation_block_size();
+    else
+        return sizeof(T);
+}
+template <class Token, template <class> class Block, class Signature,
+          bool = noexcept_initiation<std::decay_t<Token>>::value>
+struct op_reservation {
+    using type = reserved_op_block<0>;
+};
+template <class Token, template <class> class Block, class Signature>
+struct op_reservation<Token, Block, Signature, true> {
+    using handler = typename noexcept_initiation<std::decay_t<Token>>::template handler<Signature>;
+    using type = std::conditional_t<
+        allocates_from_op_cache<handler>, reserved_op_block<first_block_size<Block<handler>>()>,
+        std::conditional_t<
+            bound_allocator<std::decay_t<Token>>::value,
+            reserved_own_block<asio::associated_allocator_t<handler, op_allocator<void>>, own_block_t<Block<handler>>>,
+            reserved_op_block<0>>>;
+};
+template <class Token, template <class> class Block, class Signature>
+using op_reservation_t = typename op_reservation<Token, Block, Signature>::type;
+
+/// Takes the reservation `Reservation` (op_reservation_t) for an operation
+/// initiated with `token`: throws std::bad_alloc (or what the token's
+/// allocator throws) here, where the caller may still throw.
+template <class Reservation, class Token>
+Reservation take_reservation(const Token& token) {
+    if constexpr (Reservation::from_own_allocator)
+        return Reservation::take(bound_allocator<std::decay_t<Token>>::get(token));
+    else
+        return Reservation::take();
 }
 
 }  // namespace tenferro::detail

@@ -47,6 +47,18 @@ void* take_reserved_op_block(std::size_t size);
 /// next allocate_op_memory of up to `size` bytes finds it. Allocates nothing.
 void place_reserved_op_block(void* p, std::size_t size) noexcept;
 
+/// The check of an S19 reservation against the block the initiation then
+/// allocates: when they differ, the static_assert fails and the compiler's
+/// "in instantiation of" line names both sizes.
+template <std::size_t Reserved, std::size_t Allocated>
+struct s19_reservation {
+    static_assert(Reserved == Allocated,
+                  "tenferro: the op block reserved before this use_awaitable initiation (S19) is not the block it "
+                  "allocates: this Asio lays out the token's completion handler otherwise than "
+                  "the library models it (docs/asio-detail-pins.md)");
+    static constexpr bool checked = true;
+};
+
 /// S19's reservation for an initiation that Asio runs inside a noexcept
 /// function (use_awaitable and its adapters): the block its first allocation
 /// takes, taken when the operation is made, in the caller's coroutine, where
@@ -63,6 +75,7 @@ void place_reserved_op_block(void* p, std::size_t size) noexcept;
 template <std::size_t Size>
 class reserved_op_block {
 public:
+    static constexpr bool from_own_allocator = false;
     /// Takes the block (throws std::bad_alloc).
     static reserved_op_block take() { return reserved_op_block(take_reserved_op_block(Size)); }
     reserved_op_block(reserved_op_block&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
@@ -71,9 +84,17 @@ public:
         if (block_ != nullptr) deallocate_op_memory(block_, Size);
     }
     /// Right before the initiation allocates: the block goes to this thread's
-    /// cache, where that allocation finds it.
-    void place() noexcept {
+    /// cache, where that allocation finds it (and stays there if it does not).
+    struct placed {};
+    [[nodiscard]] placed place() noexcept {
         if (block_ != nullptr) place_reserved_op_block(std::exchange(block_, nullptr), Size);
+        return {};
+    }
+    /// The check of this reservation against the block the initiation
+    /// allocates first (`Allocated` bytes, aligned for `Align`).
+    template <std::size_t Allocated, std::size_t Align>
+    static constexpr bool check() noexcept {
+        return s19_reservation<Size, Allocated>::checked;
     }
 
 private:
@@ -83,20 +104,14 @@ private:
 template <>
 class reserved_op_block<0> {
 public:
+    static constexpr bool from_own_allocator = false;
     static reserved_op_block take() noexcept { return {}; }
-    void place() noexcept {}
-};
-
-/// The check of an S19 reservation against the block the initiation then
-/// allocates: when they differ, the static_assert fails and the compiler's
-/// "in instantiation of" line names both sizes.
-template <std::size_t Reserved, std::size_t Allocated>
-struct s19_reservation {
-    static_assert(Reserved == Allocated,
-                  "tenferro: the op block reserved before this use_awaitable initiation (S19) is not the block it "
-                  "allocates: this Asio lays out the token's completion handler otherwise than "
-                  "the library models it (docs/asio-detail-pins.md)");
-    static constexpr bool checked = true;
+    struct placed {};
+    [[nodiscard]] placed place() noexcept { return {}; }
+    template <std::size_t Allocated, std::size_t Align>
+    static constexpr bool check() noexcept {
+        return true;
+    }
 };
 
 /// The allocator of ops whose handler names none: the per-thread cache.
@@ -135,22 +150,146 @@ using handler_allocator_t = asio::associated_allocator_t<Handler, op_allocator<v
 template <class Handler>
 inline constexpr bool uses_op_cache_v = std::is_same_v<handler_allocator_t<Handler>, op_allocator<void>>;
 
-/// The allocator a block of type `Block` for `Handler` is allocated with.
+/// A block of `Size` bytes aligned for `Align` (its size: `Size` rounded up
+/// to a multiple of `Align`): the `Block` of an op that lives in a block
+/// sized for more than itself, and the type every op is allocated as from a
+/// handler's own allocator (own_op_allocator).
+template <std::size_t Size, std::size_t Align = __STDCPP_DEFAULT_NEW_ALIGNMENT__>
+struct alignas(Align) op_block {
+    unsigned char bytes[Size];
+};
+
+/// The block type a `T` is allocated as from a handler's own allocator.
+template <class T>
+using own_block_t = op_block<sizeof(T), alignof(T)>;
+
+/// This thread's block reserved from a handler's own allocator, placed by an
+/// initiation right before it allocates (reserved_own_block::place) and taken
+/// by that allocation (own_op_allocator::allocate). `kind` names the block
+/// type and the allocator's type (own_block_kind), so that only an allocation
+/// of exactly that block from that allocator type takes it.
+struct placed_own_block {
+    void* block = nullptr;
+    const void* kind = nullptr;
+};
+inline thread_local placed_own_block placed_own_op_block;
+template <class Block, class Alloc>
+inline constexpr char own_block_kind = 0;
+
+/// A handler's own allocator (bind_allocator, use_future_t<A>), as the library
+/// allocates its ops with it: every `T` as an own_block_t<T>, a type of the
+/// library's, so that a block reserved from the allocator before the
+/// initiation (S19, reserved_own_block) is of the very type the initiation
+/// then allocates and frees, whatever the handler's type. An allocation takes
+/// the block this thread's initiation placed for it, if any.
+template <class T, class Alloc>
+struct own_op_allocator {
+    using value_type = T;
+    using block_allocator = typename std::allocator_traits<Alloc>::template rebind_alloc<own_block_t<T>>;
+    block_allocator inner;
+
+    explicit own_op_allocator(const Alloc& a) noexcept : inner(a) {}
+    template <class U>
+    own_op_allocator(const own_op_allocator<U, Alloc>& other) noexcept  // NOLINT(google-explicit-constructor)
+        : inner(other.inner) {}
+
+    T* allocate(std::size_t n) {
+        placed_own_block& placed = placed_own_op_block;
+        if (n == 1 && placed.kind == &own_block_kind<own_block_t<T>, Alloc>) {
+            placed.kind = nullptr;
+            return static_cast<T*>(std::exchange(placed.block, nullptr));
+        }
+        return reinterpret_cast<T*>(std::allocator_traits<block_allocator>::allocate(inner, n));
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        std::allocator_traits<block_allocator>::deallocate(inner, reinterpret_cast<own_block_t<T>*>(p), n);
+    }
+    template <class U>
+    bool operator==(const own_op_allocator<U, Alloc>& other) const noexcept {
+        return inner == block_allocator(other.inner);
+    }
+};
+
+/// The allocator a block of type `Block` for `Handler` is allocated with: the
+/// op cache's, or the handler's own (own_op_allocator).
 template <class Block, class Handler>
-using op_allocator_t = typename std::allocator_traits<handler_allocator_t<Handler>>::template rebind_alloc<Block>;
+using op_allocator_t = std::conditional_t<uses_op_cache_v<Handler>, op_allocator<Block>,
+                                          own_op_allocator<Block, handler_allocator_t<Handler>>>;
 
 /// `handler`'s allocator for a `Block`.
 template <class Block, class Handler>
 op_allocator_t<Block, Handler> op_allocator_for(const Handler& handler) noexcept {
-    return op_allocator_t<Block, Handler>(asio::get_associated_allocator(handler, op_allocator<void>()));
+    if constexpr (uses_op_cache_v<Handler>)
+        return op_allocator<Block>();
+    else
+        return op_allocator_t<Block, Handler>(asio::get_associated_allocator(handler, op_allocator<void>()));
 }
 
-/// A block of `Size` bytes aligned for `Align` (its size: `Size` rounded up
-/// to a multiple of `Align`): the `Block` of an op that lives in a block
-/// sized for more than itself.
-template <std::size_t Size, std::size_t Align = __STDCPP_DEFAULT_NEW_ALIGNMENT__>
-struct alignas(Align) op_block {
-    unsigned char bytes[Size];
+/// S19's reservation when the handler Asio makes for the token names its own
+/// allocator (`bind_allocator(a, use_awaitable)`): the op's block, a `Block`
+/// (own_block_t of the op), allocated from `Alloc` (the token's allocator)
+/// when the operation is made, in the caller's coroutine, where
+/// std::bad_alloc still reaches the co_await, and placed for this thread's
+/// next allocation of that block from that allocator type right before the
+/// initiation allocates. The allocator sees one allocation and one
+/// deallocation of one type, as for any op; the initiation allocates nothing
+/// from it. An awaitable destroyed unawaited gives the block back to the
+/// allocator, and so does an initiation that did not take it.
+template <class Alloc, class Block>
+class reserved_own_block {
+    using block_allocator = typename std::allocator_traits<Alloc>::template rebind_alloc<Block>;
+
+public:
+    static constexpr bool from_own_allocator = true;
+    /// Takes the block from `a` (throws what `a` throws).
+    static reserved_own_block take(const Alloc& a) {
+        block_allocator alloc(a);
+        Block* block = std::allocator_traits<block_allocator>::allocate(alloc, 1);
+        return reserved_own_block(std::move(alloc), block);
+    }
+    reserved_own_block(reserved_own_block&& other) noexcept
+        : alloc_(other.alloc_), block_(std::exchange(other.block_, nullptr)) {}
+    reserved_own_block& operator=(reserved_own_block&&) = delete;
+    ~reserved_own_block() { release(block_); }
+
+    /// The block placed while the initiation runs: taken by its allocation,
+    /// or given back when the initiation ends without taking it.
+    class placed {
+    public:
+        explicit placed(const reserved_own_block& owner) noexcept : owner_(owner) {}
+        placed(const placed&) = delete;
+        placed& operator=(const placed&) = delete;
+        ~placed() {
+            placed_own_block& slot = placed_own_op_block;
+            if (slot.kind == &own_block_kind<Block, Alloc>) {
+                owner_.release(static_cast<Block*>(slot.block));
+                slot = {};
+            }
+        }
+
+    private:
+        const reserved_own_block& owner_;
+    };
+    [[nodiscard]] placed place() noexcept {
+        placed_own_op_block = {std::exchange(block_, nullptr), &own_block_kind<Block, Alloc>};
+        return placed(*this);
+    }
+    /// The check of this reservation against the block the initiation
+    /// allocates first: the same size and alignment, so the same `Block`.
+    template <std::size_t Allocated, std::size_t Align>
+    static constexpr bool check() noexcept {
+        return s19_reservation<sizeof(Block), Allocated>::checked && s19_reservation<alignof(Block), Align>::checked;
+    }
+
+private:
+    reserved_own_block(block_allocator alloc, Block* block) noexcept : alloc_(std::move(alloc)), block_(block) {}
+    void release(Block* block) const noexcept {
+        if (block == nullptr) return;
+        block_allocator alloc(alloc_);
+        std::allocator_traits<block_allocator>::deallocate(alloc, block, 1);
+    }
+    block_allocator alloc_;
+    Block* block_;
 };
 
 /// Builds `Op` from `args` in `block`, a `Block` allocated with `alloc`; if
