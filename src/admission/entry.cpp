@@ -655,6 +655,13 @@ void entry_base::body_finished() noexcept {
         if (body_context_->deadline.entry != nullptr) core_->running().unwatch(body_context_->deadline);
         body_context_->stop_forwarding();  // nor does a stop reach the body's awaits
         body_context_->active.store(false, std::memory_order_release);
+        // co_spawn (Asio 1.26 on; not 1.22) leaves its cancellation handler in the body's
+        // slot, and that handler holds a copy of the body's executor, which
+        // holds this context: a cycle that kept every stoppable asynchronous
+        // body's context alive for ever. Cleared here, on the body's thread
+        // inside co_spawn's completion (or as co_spawn drops it), after which
+        // co_spawn no longer touches its cancellation state.
+        body_context_->body_signal.slot().clear();
         body_context_->close();  // an asynchronous body's session goes before its permits
         body_context_->release_tracked();  // the caller's work, unless a body's copy still holds it
         body_context_.reset();

@@ -9,6 +9,8 @@
 // is the only one running the caller's io_context; it emits once the body is
 // inside its await (announced through an atomic), then runs the context until
 // the completion.
+#include "tenferro/detail/admission/session_context.hpp"
+
 #include <tenferro/backend_session.hpp>
 #include <tenferro/cpu_backend.hpp>
 #include <tenferro/execution_scope.hpp>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -288,4 +291,40 @@ TEST_CASE("S20: a session entered inside a stopped scope completes with cancelle
     CHECK(st.cancelled == 1);
     CHECK(st.stopped == 0);
     CHECK(st.available == st.permits);
+}
+
+TEST_CASE("S20: a stoppable asynchronous body's context is freed once its entry completed") {
+    // From Asio 1.26 (not 1.22), co_spawn leaves a cancellation handler in the body's
+    // slot (the context's body_signal) holding the body's executor, which
+    // holds the context: until the slot was cleared at the body's end, the
+    // context of every stoppable asynchronous body leaked (LeakSanitizer saw
+    // it on Asio 1.30). Asio 1.22's co_spawn installs no handler there.
+    asio::io_context io;
+    cpu_backend cpu({.permits = 1});
+    std::weak_ptr<tenferro::detail::session_context> context;
+    bool captured = false;
+    std::optional<session_result<int>> result;
+    asio::cancellation_signal signal;  // connected: the entry can be stopped
+    cpu.with_backend_session(
+        [&](backend_session&) -> asio::awaitable<int> {
+            tenferro::detail::session_context* ctx = tenferro::detail::context_of(co_await asio::this_coro::executor);
+            if (ctx != nullptr) {
+                context = ctx->weak_from_this();
+                captured = true;
+            }
+            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+            co_return 7;
+        },
+        asio::bind_cancellation_slot(signal.slot(),
+                                     asio::bind_executor(io, [&](std::exception_ptr e, session_result<int> r) {
+                                         CHECK_FALSE(e);
+                                         result = r;
+                                     })));
+    run_until(io, [&] { return result.has_value(); });
+    REQUIRE(result->has_value());
+    CHECK(result->value() == 7);
+    REQUIRE(captured);
+    // The pool's thread may still be unwinding co_spawn's frame: give it a moment.
+    for (int i = 0; i < 200 && !context.expired(); ++i) std::this_thread::sleep_for(milliseconds(5));
+    CHECK(context.expired());
 }
