@@ -320,6 +320,17 @@ struct bound_allocator<asio::cancel_at_timer<Token, Clock, WaitTraits, Executor>
     : bound_allocator_via_member<asio::cancel_at_timer<Token, Clock, WaitTraits, Executor>, Token> {};
 #endif
 
+/// The size of the first block an initiation allocates for an op `T`: its
+/// initiation_block_size() where it has one (an entry, whose inline fast path
+/// takes a block large enough for the op too), else the op's own size.
+template <class T>
+constexpr std::size_t first_block_size() noexcept {
+    if constexpr (requires { T::initiation_block_size(); })
+        return T::initiation_block_size();
+    else
+        return sizeof(T);
+}
+
 /// The S19 reservation of an operation initiated with `Token`, whose first
 /// block, for the handler `H` Asio makes, is a `Block<H>`, from the op cache
 /// or from `H`'s own allocator:
@@ -332,13 +343,6 @@ struct bound_allocator<asio::cancel_at_timer<Token, Clock, WaitTraits, Executor>
 ///    (bind_allocator), or nothing where that allocator is not reachable
 ///    (bound_allocator).
 /// take_reservation<R>(token) takes it.
-template <class T>
-constexpr std::size_t first_block_size() noexcept {
-    if constexpr (requires { T::initiation_block_size(); })
-        return T::initiation_block_size();
-    else
-        return sizeof(T);
-}
 template <class Token, template <class> class Block, class Signature,
           bool = noexcept_initiation<std::decay_t<Token>>::value>
 struct op_reservation {
