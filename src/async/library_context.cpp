@@ -62,7 +62,7 @@ private:
     std::thread thread_;
 };
 
-library_context& instance() noexcept {
+library_context& the_context() noexcept {
     // Constant-initialisable members: no allocation to build it.
     static library_context context;
     return context;
@@ -70,10 +70,10 @@ library_context& instance() noexcept {
 
 }  // namespace
 
-void start_library_context() { instance().start(); }
+void start_library_context() { the_context().start(); }
 
-library_executor_type library_executor() noexcept { return instance().context().get_executor(); }
+library_executor_type library_executor() noexcept { return the_context().context().get_executor(); }
 
-bool in_library_context() noexcept { return instance().runs_this_thread(); }
+bool in_library_context() noexcept { return the_context().runs_this_thread(); }
 
 }  // namespace tenferro::detail

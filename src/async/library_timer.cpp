@@ -138,7 +138,7 @@ private:
 
 namespace {
 
-library_timer& instance() noexcept {
+library_timer& the_timer() noexcept {
     // Constant-initialisable members: no allocation to build it.
     static library_timer timer;
     return timer;
@@ -146,12 +146,12 @@ library_timer& instance() noexcept {
 
 }  // namespace
 
-void start_library_timer() { instance().start(); }
+void start_library_timer() { the_timer().start(); }
 
-void arm_library_timer(timer_node& node, timer_node::clock::time_point when) noexcept { instance().arm(node, when); }
+void arm_library_timer(timer_node& node, timer_node::clock::time_point when) noexcept { the_timer().arm(node, when); }
 
-void cancel_library_timer(timer_node& node) noexcept { instance().cancel(node); }
+void cancel_library_timer(timer_node& node) noexcept { the_timer().cancel(node); }
 
-bool on_library_timer_thread() noexcept { return instance().on_thread(); }
+bool on_library_timer_thread() noexcept { return the_timer().on_thread(); }
 
 }  // namespace tenferro::detail
