@@ -594,3 +594,90 @@ TEST_CASE("S19: two awaitables made before either initiates (a && b) each find t
         holder.get();
     }
 }
+
+#if TENFERRO_ASIO_HAS_CONSIGN
+namespace op_reservation_test {
+
+/// A value whose alignment is more than the op cache's blocks have: consigned,
+/// it makes the op over-aligned, and the reserve comes from the heap.
+struct alignas(64) over_aligned {
+    int v = 7;
+};
+
+/// Awaits `start(consign(bind_allocator(a, use_awaitable), Value{}))` while a
+/// holder keeps the host's one permit (so the op lives on, queued, once
+/// initiated), then lets it through. `a` serves blocks or refuses them, as
+/// `policy` says. The allocator is out of the library's reach before the
+/// initiation: consign keeps the token it wraps private.
+template <class Value, class Start>
+void await_consigned_allocator(test_host& host, const std::shared_ptr<allocation_policy>& policy, Start start,
+                               int expected) {
+    asio::io_context io;
+    gate g;
+    auto holder = host.with_backend_session(
+        {1, wait_policy::fifo, placement::compute}, [&](test_session&) { g.wait(); }, asio::use_future);
+    REQUIRE(g.wait_for_waiters(1));
+    std::optional<session_result<int>> result;
+    spawn(io, [&]() -> asio::awaitable<void> {
+        result = co_await start(
+            asio::consign(asio::bind_allocator(test_allocator<void>(policy), asio::use_awaitable), Value{}));
+    });
+    REQUIRE(run_until(io, [&] { return host.stats().waiting == 1; }));
+    g.open();
+    REQUIRE(run_until(io, [&] { return result.has_value(); }));
+    holder.get();
+    io.run();
+    REQUIRE(result->has_value());
+    CHECK(**result == expected);
+}
+
+/// Runs `start` for an entry, a scope and a submit against `policy`'s allocator,
+/// consigning a `Value`.
+template <class Value>
+void check_consigned_allocator(const std::shared_ptr<allocation_policy>& policy) {
+    test_host host({.permits = 1});
+    await_consigned_allocator<Value>(
+        host, policy,
+        [&](auto token) {
+            return host.with_backend_session(
+                {1, wait_policy::fifo, placement::compute}, [](test_session&) { return 6; }, std::move(token));
+        },
+        6);
+    await_consigned_allocator<Value>(
+        host, policy, [&](auto token) { return host.with_execution_scope(scope_body{}, std::move(token)); }, 5);
+    batcher<test_host, int, int> b(host, {.max_batch = 4}, [](test_session&, std::span<int> items) {
+        return std::vector<int>(items.begin(), items.end());
+    });
+    await_consigned_allocator<Value>(
+        host, policy, [&](auto token) { return b.submit(21, std::move(token)); }, 21);
+    CHECK(host.stats().waiting == 0);
+}
+
+}  // namespace op_reservation_test
+
+TEST_CASE("S19: an allocator bound inside consign that throws inside the initiation: the op takes the block reserved") {
+    // Before, the allocator was asked for the op inside the initiation, which
+    // Asio runs inside a noexcept function, with nothing to fall back on: an
+    // allocator that threw there ended the process.
+    auto refusing = std::make_shared<allocation_policy>();
+    refusing->allowed = 0;
+    check_consigned_allocator<std::shared_ptr<int>>(refusing);
+    CHECK(refusing->refused == 3);  // once per operation, inside its initiation
+    CHECK(refusing->made == 0);
+    CHECK(refusing->freed == 0);  // the reserve's blocks went back to the op cache, not to the allocator
+    // An over-aligned op: its reserve is the heap's (the op cache's blocks are not aligned for it).
+    auto refusing_aligned = std::make_shared<allocation_policy>();
+    refusing_aligned->allowed = 0;
+    check_consigned_allocator<over_aligned>(refusing_aligned);
+    CHECK(refusing_aligned->refused == 3);
+    CHECK(refusing_aligned->freed == 0);
+}
+
+TEST_CASE("S19: an allocator bound inside consign that serves the op: the block is its, and the reserve goes back") {
+    auto serving = std::make_shared<allocation_policy>();
+    check_consigned_allocator<std::shared_ptr<int>>(serving);
+    CHECK(serving->refused == 0);
+    CHECK(serving->library_blocks == 3);  // each op's block, from the allocator as the handler asks
+    CHECK(serving->freed == serving->made);
+}
+#endif

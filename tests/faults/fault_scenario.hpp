@@ -216,10 +216,11 @@ inline const char* placement_name(placement where) { return where == placement::
 // makes (noexcept_initiation.hpp).
 // ---------------------------------------------------------------------------
 
-enum class adapter { bind_executor, bind_cancellation_slot, bind_allocator, consign, cancel_after };
+enum class adapter { bind_executor, bind_cancellation_slot, bind_allocator, consign, consign_allocator, cancel_after };
 
 inline const char* adapter_name(adapter a) {
-    const char* names[] = {"bind_executor", "bind_cancellation_slot", "bind_allocator", "consign", "cancel_after"};
+    const char* names[] = {"bind_executor", "bind_cancellation_slot", "bind_allocator",
+                           "consign",       "consign-bind_allocator", "cancel_after"};
     return names[static_cast<int>(a)];
 }
 
@@ -228,6 +229,7 @@ inline std::vector<adapter> adapters() {
     std::vector<adapter> all{adapter::bind_executor, adapter::bind_cancellation_slot, adapter::bind_allocator};
 #if TENFERRO_ASIO_HAS_CONSIGN
     all.push_back(adapter::consign);
+    all.push_back(adapter::consign_allocator);
 #endif
 #if TENFERRO_ASIO_HAS_CANCEL_AFTER
     all.push_back(adapter::cancel_after);
@@ -256,6 +258,15 @@ asio::awaitable<T> await_adapted(adapter a, Base base, Start start) {
     case adapter::consign:
 #if TENFERRO_ASIO_HAS_CONSIGN
         co_return co_await start(asio::consign(std::move(base), 7));
+#else
+        break;
+#endif
+    case adapter::consign_allocator:
+#if TENFERRO_ASIO_HAS_CONSIGN
+        // The allocator out of the library's reach before the initiation
+        // (consign keeps its token private): asked inside it, where a failure
+        // must fall back on the block reserved (reserved_fallback_block).
+        co_return co_await start(asio::consign(asio::bind_allocator(std::allocator<void>(), std::move(base)), 7));
 #else
         break;
 #endif

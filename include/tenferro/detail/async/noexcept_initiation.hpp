@@ -266,7 +266,9 @@ inline constexpr bool allocates_from_op_cache =
 /// adapters that expose the token they wrap: the binders (`get()`) and
 /// `as_tuple`, `redirect_error`, `cancel_after`, `cancel_at` (their public
 /// `token_`). `consign` keeps its token private: an allocator bound inside it
-/// is not reached, and its op is allocated inside the initiation (docs/contract.md, S19).
+/// is not reached, and is asked for the op inside the initiation, with a
+/// block of the op cache reserved for when it throws there
+/// (reserved_fallback_block; docs/contract.md, S19).
 template <class Token>
 struct bound_allocator : std::false_type {};
 template <class Token, class Allocator>
@@ -340,8 +342,10 @@ constexpr std::size_t first_block_size() noexcept {
 ///    initiation_block_size() where it has one: an entry's inline fast path
 ///    takes a larger block) when the handler names no allocator;
 ///  - reserved_own_block from the token's bound allocator when it names one
-///    (bind_allocator), or nothing where that allocator is not reachable
-///    (bound_allocator).
+///    (bind_allocator), or, where that allocator is not reachable
+///    (bound_allocator: under `consign`), reserved_fallback_block: a block
+///    of the same size from the op cache, which the op takes only if the
+///    allocator throws inside the initiation.
 /// take_reservation<R>(token) takes it.
 template <class Token, template <class> class Block, class Signature,
           bool = noexcept_initiation<std::decay_t<Token>>::value>
@@ -356,7 +360,8 @@ struct op_reservation<Token, Block, Signature, true> {
         std::conditional_t<
             bound_allocator<std::decay_t<Token>>::value,
             reserved_own_block<asio::associated_allocator_t<handler, op_allocator<void>>, own_block_t<Block<handler>>>,
-            reserved_op_block<0>>>;
+            reserved_fallback_block<asio::associated_allocator_t<handler, op_allocator<void>>,
+                                    own_block_t<Block<handler>>>>>;
 };
 template <class Token, template <class> class Block, class Signature>
 using op_reservation_t = typename op_reservation<Token, Block, Signature>::type;

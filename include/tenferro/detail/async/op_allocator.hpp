@@ -159,18 +159,51 @@ struct alignas(Align) op_block {
     unsigned char bytes[Size];
 };
 
-/// The block type a `T` is allocated as from a handler's own allocator.
+/// The block type a `T` is allocated as from a handler's own allocator: `T`'s
+/// bytes, then one byte that says where the block came from (own_block_origin),
+/// read when it is freed.
 template <class T>
-using own_block_t = op_block<sizeof(T), alignof(T)>;
+using own_block_t = op_block<sizeof(T) + 1, alignof(T)>;
 
-/// This thread's block reserved from a handler's own allocator, placed by an
-/// initiation right before it allocates (reserved_own_block::place) and taken
-/// by that allocation (own_op_allocator::allocate). `kind` names the block
-/// type and the allocator's type (own_block_kind), so that only an allocation
-/// of exactly that block from that allocator type takes it.
+/// Where an own block came from: the handler's allocator, or the reserve an
+/// initiation carried for when that allocator throws (reserved_fallback_block).
+enum class own_block_origin : unsigned char { allocator, reserve };
+
+/// The origin byte of an own block: its last byte but the alignment padding,
+/// just past the `T` it is for, so no object built in the block reaches it.
+template <std::size_t Size, std::size_t Align>
+own_block_origin& origin_of(op_block<Size, Align>* block) noexcept {
+    return reinterpret_cast<own_block_origin&>(block->bytes[Size - 1]);
+}
+
+/// The reserve's block (reserved_fallback_block): from this thread's op cache,
+/// or the heap where the block is over-aligned for the cache.
+template <class Block>
+void* take_reserve_block() {
+    if constexpr (alignof(Block) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+        return ::operator new(sizeof(Block), std::align_val_t{alignof(Block)});
+    else
+        return take_reserved_op_block(sizeof(Block));
+}
+template <class Block>
+void release_reserve_block(void* p) noexcept {
+    if constexpr (alignof(Block) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+        ::operator delete(p, std::align_val_t{alignof(Block)});
+    else
+        deallocate_op_memory(p, sizeof(Block));
+}
+
+/// This thread's block reserved for a handler's own allocator, placed by an
+/// initiation right before it allocates (reserved_own_block::place,
+/// reserved_fallback_block::place) and taken by that allocation
+/// (own_op_allocator::allocate). `kind` names the block type and the
+/// allocator's type (own_block_kind), so that only an allocation of exactly
+/// that block from that allocator type takes it. `fallback`: the block is the
+/// op cache's, to be taken only if the allocator throws.
 struct placed_own_block {
     void* block = nullptr;
     const void* kind = nullptr;
+    bool fallback = false;
 };
 inline thread_local placed_own_block placed_own_op_block;
 template <class Block, class Alloc>
@@ -181,11 +214,14 @@ inline constexpr char own_block_kind = 0;
 /// library's, so that a block reserved from the allocator before the
 /// initiation (S19, reserved_own_block) is of the very type the initiation
 /// then allocates and frees, whatever the handler's type. An allocation takes
-/// the block this thread's initiation placed for it, if any.
+/// the block this thread's initiation placed for it, if any; where that block
+/// is a fallback, the allocator is asked first, and the fallback serves only
+/// if it throws (inside Asio's noexcept function, where nothing may escape).
 template <class T, class Alloc>
 struct own_op_allocator {
     using value_type = T;
-    using block_allocator = typename std::allocator_traits<Alloc>::template rebind_alloc<own_block_t<T>>;
+    using block = own_block_t<T>;
+    using block_allocator = typename std::allocator_traits<Alloc>::template rebind_alloc<block>;
     block_allocator inner;
 
     explicit own_op_allocator(const Alloc& a) noexcept : inner(a) {}
@@ -195,14 +231,30 @@ struct own_op_allocator {
 
     T* allocate(std::size_t n) {
         placed_own_block& placed = placed_own_op_block;
-        if (n == 1 && placed.kind == &own_block_kind<own_block_t<T>, Alloc>) {
+        if (n == 1 && placed.kind == &own_block_kind<block, Alloc>) {
             placed.kind = nullptr;
-            return static_cast<T*>(std::exchange(placed.block, nullptr));
+            void* p = std::exchange(placed.block, nullptr);
+            if (!placed.fallback) return static_cast<T*>(p);
+            try {
+                block* b = std::allocator_traits<block_allocator>::allocate(inner, 1);
+                release_reserve_block<block>(p);
+                origin_of(b) = own_block_origin::allocator;
+                return reinterpret_cast<T*>(b);
+            } catch (...) {
+                origin_of(static_cast<block*>(p)) = own_block_origin::reserve;
+                return static_cast<T*>(p);
+            }
         }
-        return reinterpret_cast<T*>(std::allocator_traits<block_allocator>::allocate(inner, n));
+        block* b = std::allocator_traits<block_allocator>::allocate(inner, n);
+        for (std::size_t i = 0; i < n; ++i) origin_of(b + i) = own_block_origin::allocator;
+        return reinterpret_cast<T*>(b);
     }
     void deallocate(T* p, std::size_t n) noexcept {
-        std::allocator_traits<block_allocator>::deallocate(inner, reinterpret_cast<own_block_t<T>*>(p), n);
+        if (n == 1 && origin_of(reinterpret_cast<block*>(p)) == own_block_origin::reserve) {
+            release_reserve_block<block>(p);
+            return;
+        }
+        std::allocator_traits<block_allocator>::deallocate(inner, reinterpret_cast<block*>(p), n);
     }
     template <class U>
     bool operator==(const own_op_allocator<U, Alloc>& other) const noexcept {
@@ -245,6 +297,7 @@ public:
     static reserved_own_block take(const Alloc& a) {
         block_allocator alloc(a);
         Block* block = std::allocator_traits<block_allocator>::allocate(alloc, 1);
+        origin_of(block) = own_block_origin::allocator;
         return reserved_own_block(std::move(alloc), block);
     }
     reserved_own_block(reserved_own_block&& other) noexcept
@@ -271,14 +324,16 @@ public:
         const reserved_own_block& owner_;
     };
     [[nodiscard]] placed place() noexcept {
-        placed_own_op_block = {std::exchange(block_, nullptr), &own_block_kind<Block, Alloc>};
+        placed_own_op_block = {std::exchange(block_, nullptr), &own_block_kind<Block, Alloc>, false};
         return placed(*this);
     }
     /// The check of this reservation against the block the initiation
-    /// allocates first: the same size and alignment, so the same `Block`.
+    /// allocates first (`Allocated` bytes aligned for `Align`): the same
+    /// own block type.
     template <std::size_t Allocated, std::size_t Align>
     static constexpr bool check() noexcept {
-        return s19_reservation<sizeof(Block), Allocated>::checked && s19_reservation<alignof(Block), Align>::checked;
+        return s19_reservation<sizeof(Block), sizeof(op_block<Allocated + 1, Align>)>::checked &&
+               s19_reservation<alignof(Block), Align>::checked;
     }
 
 private:
@@ -290,6 +345,58 @@ private:
     }
     block_allocator alloc_;
     Block* block_;
+};
+
+/// S19's reservation when the handler Asio makes for the token names its own
+/// allocator but the token does not let the library reach it before the
+/// initiation (an allocator bound inside `consign`, which keeps the token it
+/// wraps private): the allocator is asked inside the initiation, as for any
+/// handler, and a block of the same size, taken from this thread's op cache
+/// when the operation is made (where std::bad_alloc still reaches the
+/// co_await), is the op's instead if it throws there. The block remembers
+/// where it came from (own_block_origin) and goes back there. An initiation
+/// that does not take the reserve gives it back to the op cache, and so does
+/// an awaitable destroyed unawaited.
+template <class Alloc, class Block>
+class reserved_fallback_block {
+public:
+    static constexpr bool from_own_allocator = false;
+    /// Takes the reserve (throws std::bad_alloc).
+    static reserved_fallback_block take() { return reserved_fallback_block(take_reserve_block<Block>()); }
+    reserved_fallback_block(reserved_fallback_block&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
+    reserved_fallback_block& operator=(reserved_fallback_block&&) = delete;
+    ~reserved_fallback_block() {
+        if (block_ != nullptr) release_reserve_block<Block>(block_);
+    }
+
+    /// The reserve placed while the initiation runs: taken by its allocation
+    /// if the allocator throws, else given back.
+    class placed {
+    public:
+        placed() = default;
+        placed(const placed&) = delete;
+        placed& operator=(const placed&) = delete;
+        ~placed() {
+            placed_own_block& slot = placed_own_op_block;
+            if (slot.kind == &own_block_kind<Block, Alloc>) {
+                release_reserve_block<Block>(slot.block);
+                slot = {};
+            }
+        }
+    };
+    [[nodiscard]] placed place() noexcept {
+        placed_own_op_block = {std::exchange(block_, nullptr), &own_block_kind<Block, Alloc>, true};
+        return {};
+    }
+    template <std::size_t Allocated, std::size_t Align>
+    static constexpr bool check() noexcept {
+        return s19_reservation<sizeof(Block), sizeof(op_block<Allocated + 1, Align>)>::checked &&
+               s19_reservation<alignof(Block), Align>::checked;
+    }
+
+private:
+    explicit reserved_fallback_block(void* block) noexcept : block_(block) {}
+    void* block_;
 };
 
 /// Builds `Op` from `args` in `block`, a `Block` allocated with `alloc`; if
