@@ -162,8 +162,10 @@ struct alignas(Align) op_block {
 /// The block type a `T` is allocated as from a handler's own allocator: `T`'s
 /// bytes, then one byte that says where the block came from (own_block_origin),
 /// read when it is freed.
+template <std::size_t Size, std::size_t Align>
+using own_block_for = op_block<Size + 1, Align>;
 template <class T>
-using own_block_t = op_block<sizeof(T) + 1, alignof(T)>;
+using own_block_t = own_block_for<sizeof(T), alignof(T)>;
 
 /// Where an own block came from: the handler's allocator, or the reserve an
 /// initiation carried for when that allocator throws (reserved_fallback_block).
@@ -332,7 +334,7 @@ public:
     /// own block type.
     template <std::size_t Allocated, std::size_t Align>
     static constexpr bool check() noexcept {
-        return s19_reservation<sizeof(Block), sizeof(op_block<Allocated + 1, Align>)>::checked &&
+        return s19_reservation<sizeof(Block), sizeof(own_block_for<Allocated, Align>)>::checked &&
                s19_reservation<alignof(Block), Align>::checked;
     }
 
@@ -390,7 +392,7 @@ public:
     }
     template <std::size_t Allocated, std::size_t Align>
     static constexpr bool check() noexcept {
-        return s19_reservation<sizeof(Block), sizeof(op_block<Allocated + 1, Align>)>::checked &&
+        return s19_reservation<sizeof(Block), sizeof(own_block_for<Allocated, Align>)>::checked &&
                s19_reservation<alignof(Block), Align>::checked;
     }
 
