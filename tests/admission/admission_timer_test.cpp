@@ -98,7 +98,7 @@ std::size_t threads_of_this_process() {
     return n;
 }
 
-session_options with_deadline(time_point d) {
+session_options deadline_options(time_point d) {
     session_options o = on_caller();
     o.deadline = d;
     return o;
@@ -120,7 +120,7 @@ TEST_CASE("P4 on a host timer: the deadline is its clock's, its wake-up its wake
     const time_point deadline = timer->now() + 10ms;
     std::vector<std::string> events;
     spawn(io, [&]() -> asio::awaitable<void> {
-        auto r = co_await host.with_backend_session(with_deadline(deadline),
+        auto r = co_await host.with_backend_session(deadline_options(deadline),
                                                     [&](test_session&) { events.push_back("late body"); });
         events.push_back(!r && r.error() == session_entry_errc::deadline_exceeded ? "expired" : "other");
     });
@@ -165,7 +165,8 @@ TEST_CASE("P4 on a host timer: granted in time, started after the deadline on it
     bool ran = false;
     std::optional<session_result<void>> r;
     spawn(io, [&]() -> asio::awaitable<void> {
-        r = co_await host.with_backend_session(with_deadline(timer->now() + 20ms), [&](test_session&) { ran = true; });
+        r = co_await host.with_backend_session(deadline_options(timer->now() + 20ms),
+                                               [&](test_session&) { ran = true; });
     });
     io.poll();
     REQUIRE(host.stats().waiting == 1);
@@ -208,7 +209,7 @@ TEST_CASE("P5 on a host timer: the mean session duration and the time left are r
     io.poll();
     auto entry = [&](std::chrono::milliseconds left, std::optional<session_result<void>>& out) {
         spawn(io, [&, left]() -> asio::awaitable<void> {
-            out = co_await host.with_backend_session(with_deadline(timer->now() + left), [](test_session&) {});
+            out = co_await host.with_backend_session(deadline_options(timer->now() + left), [](test_session&) {});
         });
         io.poll();
     };
@@ -253,7 +254,7 @@ TEST_CASE("One timer thread for the library: 50 hosts with deadlines and 100 bat
     for (auto& h : hosts) {
         // A deadline already passed expires at once; a distant one arms the timer.
         spawn(io, [&]() -> asio::awaitable<void> {
-            auto r = co_await h->with_backend_session(with_deadline(std::chrono::steady_clock::now() + 1h),
+            auto r = co_await h->with_backend_session(deadline_options(std::chrono::steady_clock::now() + 1h),
                                                       [](test_session&) { return 1; });
             if (r) ++answered;
         });
@@ -279,7 +280,7 @@ TEST_CASE("One timer thread for the library: 50 hosts with deadlines and 100 bat
             });
         });
         spawn(io, [&]() -> asio::awaitable<void> {
-            auto r = co_await h->with_backend_session(with_deadline(std::chrono::steady_clock::now() + 5ms),
+            auto r = co_await h->with_backend_session(deadline_options(std::chrono::steady_clock::now() + 5ms),
                                                       [](test_session&) { return 1; });
             if (!r && r.error() == session_entry_errc::deadline_exceeded) ++expired;
         });

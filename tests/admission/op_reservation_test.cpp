@@ -241,7 +241,7 @@ TEST_CASE("S19: a caller-placed entry admitted at once allocates exactly the blo
         op_cache_record seen{};
         bool done = false;
         spawn(io, [&]() -> asio::awaitable<void> {
-            detail::testing_access::renew_inline_return_budget();
+            tenferro::detail::testing_access::renew_inline_return_budget();
             for (int i = 0; i < 40; ++i) {
                 clear_op_cache_record();
                 ok += co_await enter(

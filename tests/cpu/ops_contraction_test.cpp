@@ -20,18 +20,18 @@ using namespace tenferro::test;
 
 namespace {
 
-shape_t vec(std::span<const std::int64_t> s) { return shape_t(s.begin(), s.end()); }
+shape_t shape_vec(std::span<const std::int64_t> s) { return shape_t(s.begin(), s.end()); }
 std::string str_of(const shape_t& s) { return to_string(std::span<const std::int64_t>(s)); }
 
 // The exact dot_general of two views (long double sums), with the magnitude
 // sum |a_i * b_i| per output element for the error bound.
-struct reference {
+struct contraction_ref {
     shape_t shape;
     std::vector<long double> value, magnitude;
     std::int64_t k = 1;
 };
 
-reference dot_reference(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg) {
+contraction_ref dot_reference(const const_tensor_view& a, const const_tensor_view& b, const dot_config& cfg) {
     const auto ra = static_cast<std::int64_t>(a.rank()), rb = static_cast<std::int64_t>(b.rank());
     auto norm = [](std::int64_t ax, std::int64_t r) { return ax < 0 ? ax + r : ax; };
     shape_t lb, rb_, lc, rc, lf, rf;
@@ -45,7 +45,7 @@ reference dot_reference(const const_tensor_view& a, const const_tensor_view& b, 
     for (std::int64_t i = 0; i < rb; ++i)
         if (std::find(rb_.begin(), rb_.end(), i) == rb_.end() && std::find(rc.begin(), rc.end(), i) == rc.end())
             rf.push_back(i);
-    reference r;
+    contraction_ref r;
     for (auto x : lb) r.shape.push_back(a.shape()[static_cast<std::size_t>(x)]);
     for (auto x : lf) r.shape.push_back(a.shape()[static_cast<std::size_t>(x)]);
     for (auto x : rf) r.shape.push_back(b.shape()[static_cast<std::size_t>(x)]);
@@ -86,8 +86,8 @@ reference dot_reference(const const_tensor_view& a, const const_tensor_view& b, 
 
 // Every element within the stated bound: |got - exact| <= 2 * k * eps * sum|a_i b_i|
 // (+ the smallest normal, for sums that cancel to zero).
-void check_close(const const_tensor_view& got, const reference& ref, double alpha = 1.0) {
-    REQUIRE(vec(got.shape()) == ref.shape);
+void check_close(const const_tensor_view& got, const contraction_ref& ref, double alpha = 1.0) {
+    REQUIRE(shape_vec(got.shape()) == ref.shape);
     const double eps = got.type() == dtype::f32 ? 0x1p-24 : 0x1p-53;
     const std::vector<double> v = values_of(got);
     std::size_t bad = 0;
@@ -104,15 +104,15 @@ void check_close(const const_tensor_view& got, const reference& ref, double alph
 }
 
 // matmul as a dot_general reference: build the batched views by hand.
-reference matmul_reference(const const_tensor_view& a, const const_tensor_view& b) {
+contraction_ref matmul_reference(const const_tensor_view& a, const const_tensor_view& b) {
     // Promote, broadcast the batch axes with broadcast_to, then a batched dot_general reference.
-    shape_t as = vec(a.shape()), bs = vec(b.shape());
+    shape_t as = shape_vec(a.shape()), bs = shape_vec(b.shape());
     const_tensor_view av = a, bv = b;
     const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
     if (a_vec) av = a.reshaped({1, as[0]});
     if (b_vec) bv = b.reshaped({bs[0], 1});
-    as = vec(av.shape());
-    bs = vec(bv.shape());
+    as = shape_vec(av.shape());
+    bs = shape_vec(bv.shape());
     const std::size_t nb = std::max(as.size(), bs.size()) - 2;
     shape_t batch(nb, 1);
     for (std::size_t i = 0; i < nb; ++i) {
@@ -134,7 +134,7 @@ reference matmul_reference(const const_tensor_view& a, const const_tensor_view& 
     }
     cfg.lhs_contracting = {static_cast<std::int64_t>(nb + 1)};
     cfg.rhs_contracting = {static_cast<std::int64_t>(nb)};
-    reference r = dot_reference(ab, bb, cfg);
+    contraction_ref r = dot_reference(ab, bb, cfg);
     // Drop the promoted axes.
     if (b_vec) r.shape.pop_back();
     if (a_vec) r.shape.erase(r.shape.end() - (b_vec ? 1 : 2));
@@ -200,7 +200,7 @@ TEST_CASE("matmul promotes vectors and broadcasts batch axes as numpy does", "[c
             check_close(one, matmul_reference(a, b));
             CHECK(bitwise_equal(one, two));
             // matmul_into a strided output gives the same bits.
-            const shape_t os = vec(one.shape());
+            const shape_t os = shape_vec(one.shape());
             if (!os.empty()) {
                 shape_t big = os;
                 big.back() *= 2;
@@ -262,7 +262,7 @@ TEST_CASE("dot_general_into: alpha and beta, beta == 0 does not read out, any ou
     for (dtype t : {dtype::f32, dtype::f64}) {
         const tensor a = tensor_of(t, random_values(33 * 20, -1, 1, 7), {33, 20});
         const tensor b = tensor_of(t, random_values(20 * 19, -1, 1, 8), {20, 19});
-        const reference ab = dot_reference(a, b, cfg);
+        const contraction_ref ab = dot_reference(a, b, cfg);
         const std::vector<double> c0 = random_values(33 * 19, -1, 1, 9);
         for (const std::pair<double, double> scales :
              {std::pair{1.0, 0.0}, {2.5, 0.0}, {1.0, 1.0}, {-0.5, 2.0}, {0.0, 3.0}}) {
@@ -308,7 +308,7 @@ TEST_CASE("contractions on every compiled Highway target", "[contraction]") {
         const tensor b = tensor_of(t, random_values(129 * 45, -1, 1, 22), {129, 45});
         const tensor x = tensor_of(t, random_values(3 * 5 * 17, -1, 1, 23), {3, 5, 17});
         const tensor y = tensor_of(t, random_values(3 * 17 * 9, -1, 1, 24), {3, 17, 9});
-        const reference r1 = matmul_reference(a, b), r2 = matmul_reference(x, y);
+        const contraction_ref r1 = matmul_reference(a, b), r2 = matmul_reference(x, y);
         for_each_target([&](const std::string& target) {
             INFO(to_string(t) << " on " << target);
             const tensor p1 = in_session(cpu, 2, [&](backend_session& s) { return s.matmul(a, b); });
@@ -327,7 +327,7 @@ TEST_CASE("contractions with empty extents", "[contraction]") {
     const tensor a = tensor::zeros(dtype::f32, {3, 0});
     const tensor b = tensor::zeros(dtype::f32, {0, 4});
     const tensor p = in_session(cpu, 1, [&](backend_session& s) { return s.matmul(a, b); });
-    CHECK(vec(p.shape()) == shape_t{3, 4});
+    CHECK(shape_vec(p.shape()) == shape_t{3, 4});
     CHECK(values_of(p) == std::vector<double>(12, 0.0));
     tensor out = tensor_of(dtype::f32, std::vector<double>(12, 2.0), {3, 4});
     in_session(cpu, 1, [&](backend_session& s) { s.dot_general_into(a, b, {{1}, {0}, {}, {}}, out, 1.0, 0.5); });
@@ -335,7 +335,7 @@ TEST_CASE("contractions with empty extents", "[contraction]") {
     const tensor e = in_session(cpu, 1, [&](backend_session& s) {
         return s.matmul(tensor::zeros(dtype::f64, {0, 5}), tensor::zeros(dtype::f64, {5, 2}));
     });
-    CHECK(vec(e.shape()) == shape_t{0, 2});
+    CHECK(shape_vec(e.shape()) == shape_t{0, 2});
 }
 
 TEST_CASE("contraction errors name the op, both operands and the axes", "[contraction][errors]") {

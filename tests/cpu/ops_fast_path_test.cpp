@@ -72,14 +72,14 @@ strided_out strided_output(dtype t, const shape_t& shape) {
     return {s, v};
 }
 
-struct binary_case {
+struct fast_binary_case {
     const char* name;
     binary_into_fn into;
     double (*ref)(double, double);  // exact in T when applied to T operands and rounded to T
 };
 double max_ref(double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : (a >= b ? a : b); }
 double min_ref(double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : (a <= b ? a : b); }
-const binary_case binary_cases[] = {
+const fast_binary_case fast_binary_cases[] = {
     {"add_into", &backend_session::add_into, [](double a, double b) { return a + b; }},
     {"sub_into", &backend_session::sub_into, [](double a, double b) { return a - b; }},
     {"mul_into", &backend_session::mul_into, [](double a, double b) { return a * b; }},
@@ -88,14 +88,14 @@ const binary_case binary_cases[] = {
     {"minimum_into", &backend_session::minimum_into, min_ref},
 };
 
-struct unary_case {
+struct fast_unary_case {
     const char* name;
     unary_into_fn into;
     double (*ref)(double);
     double lo, hi;
     double rel;  // 0: exact (bitwise, after rounding to the dtype)
 };
-const unary_case unary_cases[] = {
+const fast_unary_case fast_unary_cases[] = {
     {"neg_into", &backend_session::neg_into, [](double x) { return -x; }, -5, 5, 0},
     {"abs_into", &backend_session::abs_into, [](double x) { return std::abs(x); }, -5, 5, 0},
     {"relu_into", &backend_session::relu_into, [](double x) { return x > 0 ? x : 0.0; }, -5, 5, 0},
@@ -117,7 +117,7 @@ TEST_CASE("fast path: binary ops on dense operands match the general path and th
             const std::vector<double> av = rounded(t, random_values(n, -4, 4, 1));
             std::vector<double> bv = rounded(t, random_values(n, -4, 4, 2));
             if (n > 2) bv[1] = av[1];  // an equal pair for maximum / minimum
-            for (const binary_case& c : binary_cases) {
+            for (const fast_binary_case& c : fast_binary_cases) {
                 INFO(c.name << " " << to_string(t) << " " << to_string(std::span<const std::int64_t>(shape)));
                 std::vector<double> want(n);
                 for (std::size_t i = 0; i < n; ++i) want[i] = c.ref(av[i], bv[i]);
@@ -160,7 +160,7 @@ TEST_CASE("fast path: unary ops, scale_into and axpby_into on dense operands", "
         for (const shape_t& shape : shapes) {
             const auto n = static_cast<std::size_t>(count_of(shape));
             const std::string where = std::string(to_string(t)) + " " + to_string(std::span<const std::int64_t>(shape));
-            for (const unary_case& c : unary_cases) {
+            for (const fast_unary_case& c : fast_unary_cases) {
                 INFO(c.name << " " << where);
                 const std::vector<double> xv = rounded(t, random_values(n, c.lo, c.hi, 5));
                 std::vector<double> want(n);

@@ -24,7 +24,7 @@ using namespace tenferro::test;
 
 namespace {
 
-shape_t vec(std::span<const std::int64_t> s) { return shape_t(s.begin(), s.end()); }
+shape_t search_vec(std::span<const std::int64_t> s) { return shape_t(s.begin(), s.end()); }
 
 struct search_result {
     tensor values, indices;
@@ -69,7 +69,7 @@ TEST_CASE("matmul_top_k is top_k(matmul) bit for bit on every target, layout and
             for_each_target([&](const std::string& target) {
                 INFO(to_string(t) << " m " << c.m << " n " << c.n << " d " << c.d << " k " << c.k << " on " << target);
                 const search_result want = unfused(cpu, 1, q, corpus.transposed(), c.k);
-                CHECK(vec(want.values.shape()) == shape_t{c.m, c.k});
+                CHECK(search_vec(want.values.shape()) == shape_t{c.m, c.k});
                 CHECK(same_bits(fused(cpu, 1, q, corpus.transposed(), c.k), want));
                 CHECK(same_bits(fused(cpu, 2, q, corpus.transposed(), c.k), want));
                 CHECK(same_bits(fused(cpu, 2, q, rowmajor_b, c.k), want));
@@ -184,7 +184,7 @@ TEST_CASE("matmul_top_k: batch axes broadcast, vectors, strided outputs, empty e
     for (const_tensor_view b : {const_tensor_view(corpus.transposed()), const_tensor_view(stacked)}) {
         const search_result want = unfused(cpu, 2, q, b, 4);
         const search_result got = fused(cpu, 2, q, b, 4);
-        CHECK(vec(got.values.shape()) == shape_t{2, 3, 4});
+        CHECK(search_vec(got.values.shape()) == shape_t{2, 3, 4});
         CHECK(same_bits(got, want));
     }
     // A vector query [20] -> [4]; a vector b [20] makes the product [2, 3]: top along m.
@@ -192,7 +192,7 @@ TEST_CASE("matmul_top_k: batch axes broadcast, vectors, strided outputs, empty e
     CHECK(same_bits(fused(cpu, 1, q1, corpus.transposed(), 4), unfused(cpu, 1, q1, corpus.transposed(), 4)));
     const const_tensor_view bvec = corpus.slice(0, 0, 1).reshaped({20});
     const search_result along_m = fused(cpu, 1, q, bvec, 2);
-    CHECK(vec(along_m.values.shape()) == shape_t{2, 2});
+    CHECK(search_vec(along_m.values.shape()) == shape_t{2, 2});
     CHECK(same_bits(along_m, unfused(cpu, 1, q, bvec, 2)));
     // _into with transposed (strided) outputs.
     tensor values = tensor::zeros(dtype::f32, {4, 3});
@@ -205,8 +205,8 @@ TEST_CASE("matmul_top_k: batch axes broadcast, vectors, strided outputs, empty e
     CHECK(bitwise_equal(values.transposed(), want2.values));
     CHECK(bitwise_equal(indices.transposed(), want2.indices));
     // k == 0, m == 0, depth 0 (every score +0: the first k columns).
-    CHECK(vec(fused(cpu, 1, q2, corpus.transposed(), 0).values.shape()) == shape_t{3, 0});
-    CHECK(vec(fused(cpu, 1, tensor::zeros(dtype::f32, {0, 20}), corpus.transposed(), 3).values.shape()) ==
+    CHECK(search_vec(fused(cpu, 1, q2, corpus.transposed(), 0).values.shape()) == shape_t{3, 0});
+    CHECK(search_vec(fused(cpu, 1, tensor::zeros(dtype::f32, {0, 20}), corpus.transposed(), 3).values.shape()) ==
           shape_t{0, 3});
     const search_result flat = fused(cpu, 1, tensor::zeros(dtype::f64, {2, 0}), tensor::zeros(dtype::f64, {0, 7}), 3);
     CHECK(same_bits(flat, unfused(cpu, 1, tensor::zeros(dtype::f64, {2, 0}), tensor::zeros(dtype::f64, {0, 7}), 3)));

@@ -43,7 +43,7 @@ using std::chrono::steady_clock;
 
 namespace {
 
-enum class outcome : int { none, value, caught_stop, body_exception, stopped, rejected };
+enum class stop_outcome : int { none, value, caught_stop, body_exception, stopped, rejected };
 
 struct entry_record {
     std::atomic<int> completions{0};
@@ -150,15 +150,15 @@ TEST_CASE("S20 stress: random stops, deadlines and cancellations; exactly once, 
                         else
                             r = co_await cpu.with_backend_session(opts, sync_body, token());
                         if (r) {
-                            rec.kind = static_cast<int>(*r == -1 ? outcome::caught_stop : outcome::value);
+                            rec.kind = static_cast<int>(*r == -1 ? stop_outcome::caught_stop : stop_outcome::value);
                         } else {
                             const bool stopped =
                                 std::string(r.error().detail()).find("stopped while running") != std::string::npos;
-                            rec.kind = static_cast<int>(stopped ? outcome::stopped : outcome::rejected);
+                            rec.kind = static_cast<int>(stopped ? stop_outcome::stopped : stop_outcome::rejected);
                             rec.errc = static_cast<int>(r.error().code());
                         }
                     } catch (const body_error&) {
-                        rec.kind = static_cast<int>(outcome::body_exception);
+                        rec.kind = static_cast<int>(stop_outcome::body_exception);
                     }
                     timer.cancel();  // the emit, if it has not run, never will (the signal outlives it)
                     rec.completions.fetch_add(1);
@@ -182,14 +182,14 @@ TEST_CASE("S20 stress: random stops, deadlines and cancellations; exactly once, 
         const int ran = r.body_runs.load();
         runs += ran;
         if (ran > 1) ++ran_twice;
-        switch (static_cast<outcome>(r.kind.load())) {
-        case outcome::value:
-        case outcome::body_exception:
-        case outcome::caught_stop:
+        switch (static_cast<stop_outcome>(r.kind.load())) {
+        case stop_outcome::value:
+        case stop_outcome::body_exception:
+        case stop_outcome::caught_stop:
             if (ran != 1) ++outcome_without_run;
-            if (static_cast<outcome>(r.kind.load()) == outcome::caught_stop) ++caught;
+            if (static_cast<stop_outcome>(r.kind.load()) == stop_outcome::caught_stop) ++caught;
             break;
-        case outcome::stopped:
+        case stop_outcome::stopped:
             ++stopped;
             if (ran != 1) ++outcome_without_run;
             if (r.errc.load() == static_cast<int>(session_entry_errc::deadline_exceeded)) {
@@ -202,10 +202,10 @@ TEST_CASE("S20 stress: random stops, deadlines and cancellations; exactly once, 
                 ++wrong_code;
             }
             break;
-        case outcome::rejected:
+        case stop_outcome::rejected:
             if (ran != 0) ++rejected_but_ran;
             break;
-        case outcome::none:
+        case stop_outcome::none:
             ++not_once;
             break;
         }

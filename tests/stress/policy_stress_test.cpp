@@ -24,7 +24,7 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
-struct entry_record {
+struct policy_record {
     std::atomic<int> completions{0};
     std::atomic<int> body_runs{0};
     std::atomic<int> errc{-1};  // -1: a value; 0: the timer won the race
@@ -37,7 +37,7 @@ TEST_CASE("policy stress: groups, deadlines, bytes and resizing keep exactly-onc
     constexpr int clients = 48;
     constexpr int io_threads = 3;
     const long per_client = (total + clients - 1) / clients;
-    std::vector<entry_record> records(static_cast<std::size_t>(per_client * clients));
+    std::vector<policy_record> records(static_cast<std::size_t>(per_client * clients));
     std::atomic<long> clients_done{0};
 
     asio::io_context io(io_threads);
@@ -54,7 +54,7 @@ TEST_CASE("policy stress: groups, deadlines, bytes and resizing keep exactly-onc
             [&, c, strand]() -> asio::awaitable<void> {
                 std::mt19937 rng(static_cast<unsigned>(c) * 104729u + 3u);
                 for (long i = 0; i < per_client; ++i) {
-                    entry_record& rec = records[static_cast<std::size_t>(c * per_client + i)];
+                    policy_record& rec = records[static_cast<std::size_t>(c * per_client + i)];
                     const unsigned kind = rng() % 100;
                     session_options opts;
                     opts.group = rng() % 3;
