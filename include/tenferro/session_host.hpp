@@ -5,7 +5,7 @@
 /// observer, stats and every Asio completion token — as one class template
 /// over a backend that only says what its sessions are. `cpu_backend` is one
 /// such host; a GPU stream pool, a set of BLAS handles or a rate-limited
-/// service is another, with the same rules (docs/contract.md, S1–S19).
+/// service is another, with the same rules (docs/contract.md, S1–S20).
 
 #include <concepts>
 #include <cstddef>
@@ -190,7 +190,10 @@ public:
     ///   entry's release.
     /// - Cancellation (terminal, partial, total) removes a waiting entry; it
     ///   completes with `cancelled` and the other waiters keep their order.
-    ///   Once admitted, the body runs to completion.
+    ///   Once granted, cancellation is S20's: before the body starts, it never
+    ///   starts; while it runs, `terminal` or `partial` asks it to stop at its
+    ///   stop points and awaits (`total` alone does not). A running body is
+    ///   never abandoned: the entry completes when it has returned.
     /// - Lifetime: `f` is moved into the operation and lives until the
     ///   completion; the `session_type&` is valid only while `f` runs.
     ///

@@ -1,5 +1,5 @@
 // What section 6 of the contract (custom backends, session_host.hpp) adds to
-// S1-S18, across hosts: re-entry (S7) and execution scopes
+// S1-S20, across hosts: re-entry (S7) and execution scopes
 // (S8) span hosts of different backends, and a scope opens one session per
 // entry inside it.
 #include <tenferro/session_host.hpp>

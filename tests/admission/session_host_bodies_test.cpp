@@ -1,5 +1,5 @@
 // What section 6 of the contract (custom backends, session_host.hpp) adds to
-// S1-S18, for bodies: an async body's session lives until its
+// S1-S20, for bodies: an async body's session lives until its
 // awaitable finishes and goes before the permits return; compute-placed bodies
 // run on host_options::compute_executor, and one it destroys unrun completes
 // with executor.

@@ -1,5 +1,5 @@
 // What section 6 of the contract (custom backends, session_host.hpp) adds to
-// S1-S18, for the inline fast path: an entry admitted at once
+// S1-S20, for the inline fast path: an entry admitted at once
 // delivers what the general path delivers, in every outcome, and keeps the
 // host and the caller's io_context lifetimes the general path keeps.
 #include <tenferro/session_host.hpp>

@@ -1,5 +1,5 @@
 // What section 6 of the contract (custom backends, session_host.hpp) adds to
-// S1-S18, for a backend: what a session_backend is; when and where
+// S1-S20, for a backend: what a session_backend is; when and where
 // its open_session is called, and what its rejections and exceptions do; the
 // backend built in place; destruction with waiters; sessions that can be
 // neither copied nor moved. Caller-placed entries on a stepped io_context,

@@ -3,7 +3,7 @@
 // stress and peer scenarios run through `cpu_backend` (the default) and, built
 // with TENFERRO_TEST_GENERIC_HOST defined, through `session_host<B>` over a
 // backend that is not the CPU's (`device_backend` below). Every admission rule
-// (S1–S18) is the template's, so both must pass the same tests.
+// (S1–S20) is the template's, so both must pass the same tests.
 //
 //   test_host          cpu_backend                  | session_host<device_backend>
 //   test_session       backend_session              | device_session

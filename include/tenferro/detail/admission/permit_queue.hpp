@@ -245,7 +245,7 @@ private:
     }
     /// Grants what fits, in policy order. A chosen head whose deadline has
     /// passed (the timer has not reached it yet) is not granted: it leaves the
-    /// queue as expired, into `granted` with state `removed`, for the caller to
+    /// queue as expired, into `granted` in phase `rejected`, for the caller to
     /// reject (host_core::start_granted does).
     void grant_fitting_locked(waiter_list& granted, entry_node** handoffs);
     /// The group served next (P2): the backlogged one with the least charge

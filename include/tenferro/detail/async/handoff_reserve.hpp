@@ -1,6 +1,6 @@
 #pragma once
 // Blocks for Asio's first hand-offs of a coroutine, reserved where a failure
-// can still be delivered (S19, issue 45; docs/design/body-spawn.md).
+// can still be delivered (S19; docs/design/body-spawn.md).
 //
 // Every hand-off through an `any_io_executor` wraps the function in a
 // type-erased block that Asio takes from a small per-thread cache

@@ -6,7 +6,7 @@
 // after the body ends (a dispatch, or a post when the body never suspended).
 // With the session's executor there, that hand-off wraps the handler in a
 // type-erased block and may queue a task: allocations made inside Asio, where
-// a failure cannot reach anyone (S19, issue 45). With this one it is a plain
+// a failure cannot reach anyone (S19). With this one it is a plain
 // call: co_spawn's last step allocates nothing. The completion itself (the
 // entry's body_finished) then hands the outcome to the caller's executor the
 // library's own way, which parks and retries when memory is short.
