@@ -14,6 +14,7 @@
 #include "tenferro/cpu_runtime_cache.hpp"
 #include "tenferro/execution_scope.hpp"
 #include "tenferro/io.hpp"
+#include "tenferro/live_corpus.hpp"
 #include "tenferro/npy_error.hpp"
 #include "tenferro/session_entry_error.hpp"
 #include "tenferro/session_grant.hpp"

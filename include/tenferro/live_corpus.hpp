@@ -1,0 +1,267 @@
+#pragma once
+/// \file
+/// `live_corpus`: exact search over rows that change while it serves (contract section 9,
+/// docs/contract.md "Live corpus", design in docs/design/live-corpus.md).
+///
+/// ```cpp
+/// tenferro::live_corpus corpus({.dim = 768});
+/// tenferro::corpus_write w;
+/// w.upsert(17, vector17, {3, 9});          // id, dim floats, up to 16 labels
+/// w.erase(18);
+/// tenferro::write_result r = corpus.apply(w);   // atomic; r.seq is its sequence number
+///
+/// auto hits = co_await cpu.with_backend_session([&](tenferro::backend_session& s) {
+///     tenferro::corpus_snapshot snap = corpus.snapshot();      // no allocation, no waiting
+///     return tenferro::search(s, snap, queries, 10, filters); // exact top 10 per query
+/// });
+/// ```
+///
+/// Rows live in immutable segments (their f32 values, a bf16 copy for the first pass once
+/// compacted, the id and label columns, an insertion and an erasure sequence per row). A write
+/// appends to the newest segment and stamps erasures; a snapshot is a counted reference to the
+/// published list of segments plus the sequence number it was taken at, and sees exactly the
+/// rows inserted at or before it and not erased at or before it. `compact` merges segments
+/// into one sorted by id, drops the rows no snapshot can see, and builds the first pass's copy.
+///
+/// Thread-safety: every member may be called from any thread. Writes (`apply`, `compact`'s
+/// installation) are serialised by an internal mutex; `snapshot()` and searches never take it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "tenferro/backend_session.hpp"
+#include "tenferro/tensor.hpp"
+
+namespace tenferro {
+
+/// A row's id: every value, `2^64 - 1` included (L1).
+using row_id = std::uint64_t;
+/// A row's label.
+using row_label = std::uint32_t;
+/// The most labels one row carries.
+inline constexpr std::size_t max_row_labels = 16;
+
+/// Why a write or an open failed (category `corpus_category()`).
+enum class corpus_errc {
+    wrong_dimension = 1,  ///< a vector's length is not the corpus's dimension
+    not_finite,           ///< a vector holds NaN or an infinity
+    duplicate_id,         ///< an id appears twice in one write
+    too_many_labels,      ///< more than `max_row_labels` labels
+    dimension_mismatch,   ///< opened with a dimension other than the directory's corpus
+    corrupt,              ///< a directory's files do not form a corpus (not a torn log tail: that is recovered)
+};
+const std::error_category& corpus_category() noexcept;
+std::error_code make_error_code(corpus_errc e) noexcept;
+
+/// One write: upserts and erasures, applied atomically and in order (L2). An id may appear
+/// once per write. The builder copies what it is given; it may be reused after `clear()`.
+class corpus_write {
+public:
+    /// Inserts row `id`, or replaces its vector and labels together (L1).
+    void upsert(row_id id, std::span<const float> vector, std::span<const row_label> labels = {});
+    void upsert(row_id id, std::span<const float> vector, std::initializer_list<row_label> labels) {
+        upsert(id, vector, std::span<const row_label>(labels.begin(), labels.size()));
+    }
+    void upsert(row_id id, std::initializer_list<float> vector, std::initializer_list<row_label> labels = {}) {
+        upsert(id, std::span<const float>(vector.begin(), vector.size()),
+               std::span<const row_label>(labels.begin(), labels.size()));
+    }
+    /// Removes row `id` (nothing happens to an id that does not exist, but it counts as an item).
+    void erase(row_id id);
+
+    /// One item of the write, in the order given.
+    struct item {
+        row_id id = 0;
+        bool erase = false;
+        std::span<const float> vector;      ///< empty for an erasure
+        std::span<const row_label> labels;  ///< empty for an erasure
+    };
+    std::size_t size() const noexcept { return entries_.size(); }
+    bool empty() const noexcept { return entries_.empty(); }
+    item operator[](std::size_t i) const noexcept;
+    void clear() noexcept;
+
+private:
+    struct entry {
+        row_id id;
+        std::size_t value_begin;
+        std::size_t value_count;
+        std::size_t label_begin;
+        std::uint32_t label_count;
+        bool erase;
+    };
+    std::vector<entry> entries_;
+    std::vector<float> values_;
+    std::vector<row_label> labels_;
+};
+
+/// What a write did. An error of the write's own (`corpus_errc`) names its item; a storage
+/// error (a `std::system_category` code) names none. Either way nothing was applied.
+struct write_result {
+    std::error_code error;
+    std::size_t item = 0;      ///< the offending item, with a `corpus_errc` error
+    std::uint64_t seq = 0;     ///< the write's sequence number, when applied
+    std::size_t upserted = 0;  ///< upserts applied
+    std::size_t erased = 0;    ///< erasures of ids that existed
+    explicit operator bool() const noexcept { return !error; }
+};
+
+class live_corpus;
+namespace detail::corpus {
+struct corpus_version;
+struct snapshot_access;
+}  // namespace detail::corpus
+
+/// A consistent view of a corpus (L3): the rows as of `seq()`, alive while the snapshot is.
+/// Taking one neither allocates nor waits for a writer; releasing the last one that needs a
+/// segment frees it. Move-only. It may outlive its corpus: it still holds its rows then.
+class corpus_snapshot {
+public:
+    corpus_snapshot() noexcept = default;
+    corpus_snapshot(corpus_snapshot&& other) noexcept : version_(other.version_), slow_(other.slow_) {
+        other.version_ = nullptr;
+    }
+    corpus_snapshot& operator=(corpus_snapshot&& other) noexcept {
+        if (this != &other) {
+            reset();
+            version_ = other.version_;
+            slow_ = other.slow_;
+            other.version_ = nullptr;
+        }
+        return *this;
+    }
+    corpus_snapshot(const corpus_snapshot&) = delete;
+    corpus_snapshot& operator=(const corpus_snapshot&) = delete;
+    ~corpus_snapshot() { reset(); }
+
+    /// Releases it (the snapshot is then empty).
+    void reset() noexcept;
+    explicit operator bool() const noexcept { return version_ != nullptr; }
+    /// The sequence number of the last write it contains (0: none).
+    std::uint64_t seq() const noexcept;
+    /// Its live rows.
+    std::int64_t rows() const noexcept;
+    /// The corpus's dimension.
+    std::int64_t dim() const noexcept;
+
+private:
+    friend class live_corpus;
+    friend struct detail::corpus::snapshot_access;
+    detail::corpus::corpus_version* version_ = nullptr;
+    bool slow_ = false;  // taken through the fallback when 2^16 - 256 snapshots share one version
+};
+
+/// A query's filter (L5): a row passes if it has any of `labels` (when set) and its id is in
+/// `ids` (when set). Neither set: every row passes. An empty set passes nothing.
+struct row_filter {
+    std::optional<std::vector<row_label>> labels;
+    std::optional<std::vector<row_id>> ids;
+    bool filters() const noexcept { return labels.has_value() || ids.has_value(); }
+};
+
+/// One result row.
+struct corpus_hit {
+    row_id id = 0;
+    float score = 0.0f;
+    friend bool operator==(const corpus_hit&, const corpus_hit&) = default;
+};
+
+/// The results of a batch: query i's hits, best first, are `(*this)[i]`.
+struct corpus_hits {
+    std::vector<corpus_hit> hits;
+    std::vector<std::size_t> offsets;  ///< queries + 1 entries
+    std::uint64_t seq = 0;             ///< the snapshot's
+    std::size_t queries() const noexcept { return offsets.empty() ? 0 : offsets.size() - 1; }
+    std::span<const corpus_hit> operator[](std::size_t i) const noexcept {
+        return std::span<const corpus_hit>(hits.data() + offsets[i], offsets[i + 1] - offsets[i]);
+    }
+};
+
+/// Exact search (L4, L5): for each row of `queries` (m x dim, f32), the `k` best of the
+/// snapshot's live rows that pass its filter (`filters`: empty, or one per query), by the f32
+/// score `matmul_top_k` gives that (query, row), NaN first, ties to the lower id. Fewer than `k`
+/// pass: all of them. Runs on `s`'s workers; stoppable (S20: throws `session_stopped`).
+/// \throws tensor_error naming the operand for a wrong shape or dtype, `k` < 0, a filter count
+/// that is neither 0 nor m, or an empty snapshot.
+corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const const_tensor_view& queries,
+                   std::int64_t k, std::span<const row_filter> filters = {});
+
+/// A row as stored (`live_corpus::get`).
+struct stored_row {
+    row_id id = 0;
+    std::vector<float> vector;
+    std::vector<row_label> labels;
+};
+
+/// What a corpus holds and has done (`live_corpus::stats`).
+struct corpus_stats {
+    std::uint64_t seq = 0;             ///< the last applied write's
+    std::int64_t rows = 0;             ///< live rows
+    std::int64_t stored_rows = 0;      ///< rows in segments, erased or replaced ones included
+    std::int64_t segments = 0;
+    std::int64_t uncompacted_rows = 0; ///< rows outside the largest (compacted) segment
+    std::uint64_t writes = 0;          ///< writes applied
+    std::uint64_t compactions = 0;
+    std::uint64_t log_bytes = 0;       ///< the write-ahead log's size (0 in memory)
+    std::uint64_t bytes = 0;           ///< memory held by the current segments
+    // The searches (cumulative): queries, of them filtered; queries answered through the bf16
+    // first pass on the compacted segment, and by its f32 fallback; rows scored in f32.
+    std::uint64_t queries = 0, filtered_queries = 0, first_pass = 0, fallback = 0, rows_scored = 0;
+};
+
+/// How a corpus is set up.
+struct live_corpus_options {
+    /// The vectors' length (> 0).
+    std::int64_t dim = 0;
+    /// Rows per appended segment: writes fill one, then start the next.
+    std::int64_t segment_rows = 16384;
+};
+
+/// A corpus of rows that change while searches run (contract section 9).
+class live_corpus {
+public:
+    /// An empty corpus in memory. \throws std::invalid_argument for dim <= 0.
+    explicit live_corpus(live_corpus_options options);
+    ~live_corpus();
+    live_corpus(const live_corpus&) = delete;
+    live_corpus& operator=(const live_corpus&) = delete;
+
+    /// Applies `w` at once (in memory): validated first (L7: the first offending item is named
+    /// and nothing changes), then visible to every snapshot taken after this returns.
+    /// Allocation failure: throws std::bad_alloc and changes nothing (S19).
+    write_result apply(const corpus_write& w);
+
+    /// A snapshot of the current state (L3).
+    corpus_snapshot snapshot() const noexcept;
+
+    /// The row `id` as stored now, or nothing.
+    std::optional<stored_row> get(row_id id) const;
+
+    /// Merges the segments into one sorted by id, without the rows no snapshot taken from now
+    /// on can see, with its bf16 copy: run it inside a session (of a group of its own, L8).
+    /// Searches and writes proceed meanwhile; a stop (S20) abandons it with nothing changed.
+    /// Returns false when there was nothing to merge.
+    bool compact(backend_session& s);
+    /// Whether `compact` would do something worthwhile: more than one segment, or erased rows
+    /// stored.
+    bool needs_compaction() const noexcept;
+
+    std::int64_t dim() const noexcept;
+    corpus_stats stats() const;
+
+private:
+    struct state;
+    std::unique_ptr<state> state_;
+};
+
+}  // namespace tenferro
+
+template <>
+struct std::is_error_code_enum<tenferro::corpus_errc> : std::true_type {};

@@ -1,0 +1,445 @@
+// Exact search over a live corpus's snapshot (live_corpus.hpp `search`; L4, L5).
+//
+// Per segment of the snapshot, each query takes one of three ways, all computing a row's score
+// with the f32 GEMM kernel's arithmetic (per element it depends only on the depth and the target,
+// never on where the row lies or which rows are scored with it: kernels/gemm_top_k.hpp):
+//
+// - fused: an unfiltered query over a segment sorted by id in which the snapshot sees every
+//   row (a compacted segment with nothing erased since): the fused kernel of matmul_top_k, with
+//   its bf16 first pass where the segment has the copy and the target the instruction. Its tie
+//   to the lower index is the tie to the lower id there.
+// - together: queries that allow a large part of the segment (unfiltered ones over a segment
+//   with erased rows, and broad filters) are scored as one block, a chunk of rows at a time;
+//   chunks that no query allows are skipped, sparse ones gathered into a dense block first.
+// - alone: a selective query (below `alone_fraction` of the segment's rows) gathers the rows it
+//   allows and scores only those, so that its cost follows the rows that pass (L5).
+//
+// Each query keeps its best k as a heap over (score, id); the segments' results meet there, so
+// a threshold found in one segment already rejects the next segment's rows. The work of the
+// 'together' and 'alone' ways is split over the session's workers in tasks, each with heaps of
+// its own, merged at the end.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "corpus/corpus_state.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/gemm_top_k.hpp"
+#include "kernels/search_bf16.hpp"
+#include "kernels/stop_point.hpp"
+
+namespace tenferro {
+namespace {
+
+using namespace detail::corpus;
+
+constexpr std::int64_t chunk_rows = 512;  // rows scored per GEMM call ('together', 'alone'); a multiple of 64
+constexpr double alone_fraction = 0.25;   // below it a query takes its own way
+
+// matmul_top_k's order: NaN above every number, then the larger score, then the lower id.
+inline bool ranks_above(float a, row_id ia, float b, row_id ib) noexcept {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na != nb) return na;
+    if (!na && a != b) return a > b;
+    return ia < ib;
+}
+
+// One query's best k: a binary heap whose root is the worst held.
+struct best_k {
+    float* vals;
+    row_id* ids;
+    std::int64_t* held;
+    std::int64_t k;
+
+    bool below(std::int64_t a, std::int64_t b) const noexcept { return ranks_above(vals[b], ids[b], vals[a], ids[a]); }
+    void swap_at(std::int64_t a, std::int64_t b) const noexcept {
+        std::swap(vals[a], vals[b]);
+        std::swap(ids[a], ids[b]);
+    }
+    void sift_down(std::int64_t i, std::int64_t n) const noexcept {
+        for (;;) {
+            const std::int64_t l = 2 * i + 1, r = l + 1;
+            std::int64_t low = i;
+            if (l < n && below(l, low)) low = l;
+            if (r < n && below(r, low)) low = r;
+            if (low == i) return;
+            swap_at(i, low);
+            i = low;
+        }
+    }
+    void offer(float v, row_id id) const noexcept {
+        if (*held < k) {
+            std::int64_t i = (*held)++;
+            vals[i] = v;
+            ids[i] = id;
+            while (i > 0) {
+                const std::int64_t parent = (i - 1) / 2;
+                if (!below(i, parent)) break;
+                swap_at(i, parent);
+                i = parent;
+            }
+            return;
+        }
+        if (!ranks_above(v, id, vals[0], ids[0])) return;
+        vals[0] = v;
+        ids[0] = id;
+        sift_down(0, k);
+    }
+    // A quick test before `offer`: false only for a score that cannot enter whatever its id.
+    bool may_enter(float v) const noexcept { return *held < k || !(v < vals[0]) || std::isnan(vals[0]); }
+};
+
+// Per task: every query's heap, and the buffers of one GEMM call.
+struct task_state {
+    std::vector<float> vals;
+    std::vector<row_id> ids;
+    std::vector<std::int64_t> held;
+    std::vector<float> block;  // gathered rows: chunk_rows x dim
+    std::vector<std::int64_t> map;
+    std::vector<float> tile;  // queries x chunk_rows scores
+    std::vector<std::byte> scratch;
+    std::uint64_t rows_scored = 0;
+    best_k heap(std::size_t q, std::int64_t k) {
+        return best_k{vals.data() + q * static_cast<std::size_t>(k), ids.data() + q * static_cast<std::size_t>(k),
+                      held.data() + q, k};
+    }
+};
+
+bool test_bit(const std::uint64_t* w, std::int64_t r) noexcept { return (w[r >> 6] >> (r & 63)) & 1U; }
+
+[[noreturn]] void fail(const std::string& what) { throw tensor_error("tenferro::search: " + what); }
+
+struct query_filter {
+    std::vector<row_label> labels;  // sorted
+    std::vector<row_id> ids;        // sorted, unique
+    bool by_labels = false, by_ids = false;
+};
+
+// The rows [0, n) of `seg` that pass `f` and are visible at `seq`, as a bitmap.
+void allowed_rows(const segment& seg, std::int64_t n, std::uint64_t seq, bool all_visible, const query_filter& f,
+                  std::uint64_t* out) {
+    const std::int64_t words = (n + 63) / 64;
+    std::fill(out, out + words, 0);
+    auto passes_labels = [&](std::int64_t r) {
+        for (const row_label l : seg.row_labels(r))
+            if (std::binary_search(f.labels.begin(), f.labels.end(), l)) return true;
+        return false;
+    };
+    auto keep = [&](std::int64_t r) {
+        if (!all_visible && !seg.visible(r, seq)) return;
+        if (f.by_labels && !passes_labels(r)) return;
+        out[r >> 6] |= std::uint64_t{1} << (r & 63);
+    };
+    if (f.by_ids && seg.sorted && static_cast<std::int64_t>(f.ids.size()) * 8 < n) {
+        // A short allow-list over a segment sorted by id: look each id up.
+        const row_id* first = seg.ids.get();
+        for (const row_id id : f.ids) {
+            const row_id* at = std::lower_bound(first, first + n, id);
+            if (at != first + n && *at == id) keep(at - first);
+        }
+        return;
+    }
+    for (std::int64_t r = 0; r < n; ++r) {
+        if (f.by_ids && !std::binary_search(f.ids.begin(), f.ids.end(), seg.ids[r])) continue;
+        keep(r);
+    }
+}
+
+std::int64_t popcount(const std::uint64_t* w, std::int64_t first_word, std::int64_t last_word) noexcept {
+    std::int64_t c = 0;
+    for (std::int64_t i = first_word; i < last_word; ++i) c += std::popcount(w[i]);
+    return c;
+}
+
+// Scores the rows [r0, r1) of `seg` that `unite` allows (the union of the queries' bitmaps) for
+// the block of queries `a` (contiguous rows), whose row i is query qs[i] allowing the rows of
+// allowed[i] (null: all), and offers each allowed (query, row) to that query's heap.
+void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_t r1, const std::uint64_t* unite,
+                 const float* a, std::span<const std::size_t> qs, std::span<const std::uint64_t* const> allowed,
+                 std::int64_t dim, std::int64_t k) {
+    const std::int64_t w0 = r0 >> 6, w1 = (r1 + 63) >> 6;
+    const std::int64_t count = popcount(unite, w0, w1);
+    if (count == 0) return;
+    const float* b;
+    std::int64_t cols;
+    if (count * 2 <= r1 - r0) {
+        std::int64_t j = 0;
+        for (std::int64_t w = w0; w < w1; ++w)
+            for (std::uint64_t bits = unite[w]; bits != 0; bits &= bits - 1) {
+                const std::int64_t r = (w << 6) + std::countr_zero(bits);
+                std::memcpy(t.block.data() + j * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
+                t.map[static_cast<std::size_t>(j++)] = r;
+            }
+        b = t.block.data();
+        cols = count;
+    } else {
+        for (std::int64_t j = 0; j < r1 - r0; ++j) t.map[static_cast<std::size_t>(j)] = r0 + j;
+        b = seg.values.get() + r0 * dim;
+        cols = r1 - r0;
+    }
+    const auto m = static_cast<std::int64_t>(qs.size());
+    const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, m, cols, dim, 1);
+    if (t.scratch.size() < plan.scratch_bytes) t.scratch.resize(plan.scratch_bytes);
+    kernels::gemm_operands op{};
+    op.m = m;
+    op.n = cols;
+    op.k = dim;
+    op.a = a;
+    op.a_row_stride = dim;
+    op.a_col_stride = 1;
+    op.b = b;
+    op.b_row_stride = 1;
+    op.b_col_stride = dim;
+    op.c = t.tile.data();
+    op.c_row_stride = cols;
+    op.c_col_stride = 1;
+    kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
+    t.rows_scored += static_cast<std::uint64_t>(cols);
+    for (std::int64_t i = 0; i < m; ++i) {
+        const best_k heap = t.heap(qs[static_cast<std::size_t>(i)], k);
+        const std::uint64_t* mine = allowed[static_cast<std::size_t>(i)];
+        const float* row = t.tile.data() + i * cols;
+        for (std::int64_t j = 0; j < cols; ++j) {
+            const float v = row[j];
+            if (!heap.may_enter(v)) continue;
+            const std::int64_t r = t.map[static_cast<std::size_t>(j)];
+            if (mine != nullptr && !test_bit(mine, r)) continue;
+            heap.offer(v, seg.ids[r]);
+        }
+    }
+}
+
+}  // namespace
+
+corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const const_tensor_view& queries,
+                   std::int64_t k, std::span<const row_filter> filters) {
+    const corpus_version* v = snapshot_access::version(snapshot);
+    if (v == nullptr) fail("snapshot is empty");
+    if (queries.type() != dtype::f32) fail("queries must be f32");
+    if (queries.rank() != 2) fail("queries must be 2-D (queries x dim), got rank " + std::to_string(queries.rank()));
+    const std::int64_t m = queries.shape()[0], dim = queries.shape()[1];
+    if (dim != v->dim)
+        fail("queries have " + std::to_string(dim) + " columns, the corpus's dimension is " + std::to_string(v->dim));
+    if (k < 0) fail("k is negative (" + std::to_string(k) + ")");
+    if (!filters.empty() && static_cast<std::int64_t>(filters.size()) != m)
+        fail("filters has " + std::to_string(filters.size()) + " entries for " + std::to_string(m) + " queries");
+    s.throw_if_stop_requested();
+
+    corpus_hits out;
+    out.seq = v->seq;
+    out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
+    if (m == 0 || k == 0) return out;
+    const auto um = static_cast<std::size_t>(m);
+    const auto uk = static_cast<std::size_t>(k);
+    const std::uint64_t seq = v->seq;
+
+    // The queries, dense and contiguous; the filters, sorted.
+    std::vector<float> qa(um * static_cast<std::size_t>(dim));
+    {
+        const auto* base = static_cast<const float*>(queries.data());
+        const std::int64_t rs = queries.strides()[0], cs = queries.strides()[1];
+        for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t p = 0; p < dim; ++p) qa[static_cast<std::size_t>(i * dim + p)] = base[i * rs + p * cs];
+    }
+    std::vector<query_filter> qf(filters.empty() ? 0 : um);
+    std::uint64_t filtered = 0;
+    for (std::size_t i = 0; i < qf.size(); ++i) {
+        const row_filter& f = filters[i];
+        if (f.labels) {
+            qf[i].by_labels = true;
+            qf[i].labels = *f.labels;
+            std::sort(qf[i].labels.begin(), qf[i].labels.end());
+        }
+        if (f.ids) {
+            qf[i].by_ids = true;
+            qf[i].ids = *f.ids;
+            std::sort(qf[i].ids.begin(), qf[i].ids.end());
+            qf[i].ids.erase(std::unique(qf[i].ids.begin(), qf[i].ids.end()), qf[i].ids.end());
+        }
+        filtered += f.filters() ? 1 : 0;
+    }
+    auto is_filtered = [&](std::size_t i) { return !qf.empty() && (qf[i].by_labels || qf[i].by_ids); };
+
+    const std::size_t tasks = std::max<std::size_t>(1, std::min<std::size_t>(s.parallelism(), 64));
+    std::vector<task_state> ts(tasks);
+    for (task_state& t : ts) {
+        t.vals.resize(um * uk);
+        t.ids.resize(um * uk);
+        t.held.assign(um, 0);
+        t.block.resize(static_cast<std::size_t>(chunk_rows * dim));
+        t.map.resize(static_cast<std::size_t>(chunk_rows));
+        t.tile.resize(um * static_cast<std::size_t>(chunk_rows));
+    }
+    std::uint64_t first_pass = 0, fallback = 0;
+    const auto runner = [&](std::int64_t count, kernels::gemm_body body) { s.parallel_for(count, 1, body); };
+
+    std::vector<std::size_t> fused, together, alone;
+    std::vector<std::uint64_t> visible, bitmaps, unite;
+    std::vector<const std::uint64_t*> allowed;
+    std::vector<float> sub_a, sub_vals;
+    std::vector<const std::uint64_t*> together_allowed;
+    std::vector<std::int64_t> sub_idx;
+    for (const segment_view& sv : v->segments) {
+        const segment& seg = *sv.seg;
+        const std::int64_t n = sv.rows;
+        if (n == 0) continue;
+        s.throw_if_stop_requested();
+        const std::int64_t words = (n + 63) / 64;
+        const bool all_visible = seg.first_erased.load(std::memory_order_relaxed) > seq;
+        if (!all_visible) {
+            visible.assign(static_cast<std::size_t>(words), 0);
+            for (std::int64_t r = 0; r < n; ++r)
+                if (seg.visible(r, seq)) visible[static_cast<std::size_t>(r >> 6)] |= std::uint64_t{1} << (r & 63);
+        }
+
+        // Which way each query takes over this segment, and the rows each allows.
+        fused.clear();
+        together.clear();
+        alone.clear();
+        bitmaps.assign(um * static_cast<std::size_t>(words), 0);
+        allowed.assign(um, nullptr);
+        for (std::size_t i = 0; i < um; ++i) {
+            if (!is_filtered(i)) {
+                if (all_visible && seg.sorted) {
+                    fused.push_back(i);
+                } else {
+                    together.push_back(i);
+                    allowed[i] = all_visible ? nullptr : visible.data();
+                }
+                continue;
+            }
+            std::uint64_t* bits = bitmaps.data() + i * static_cast<std::size_t>(words);
+            allowed_rows(seg, n, seq, all_visible, qf[i], bits);
+            allowed[i] = bits;
+            const std::int64_t pass = popcount(bits, 0, words);
+            if (pass == 0) continue;
+            (static_cast<double>(pass) < alone_fraction * static_cast<double>(n) ? alone : together).push_back(i);
+        }
+
+        // Fused: the kernel of matmul_top_k over the whole segment, task 0's heaps.
+        if (!fused.empty()) {
+            const auto mf = static_cast<std::int64_t>(fused.size());
+            const std::int64_t count = std::min(k, n);
+            sub_a.resize(fused.size() * static_cast<std::size_t>(dim));
+            for (std::size_t i = 0; i < fused.size(); ++i)
+                std::copy_n(qa.data() + fused[i] * static_cast<std::size_t>(dim), dim,
+                            sub_a.data() + i * static_cast<std::size_t>(dim));
+            sub_vals.resize(fused.size() * static_cast<std::size_t>(count));
+            sub_idx.resize(fused.size() * static_cast<std::size_t>(count));
+            kernels::gemm_top_k_operands op{};
+            op.m = mf;
+            op.n = n;
+            op.k = dim;
+            op.count = count;
+            op.a = sub_a.data();
+            op.a_row_stride = dim;
+            op.a_col_stride = 1;
+            op.b = seg.values.get();
+            op.b_row_stride = 1;
+            op.b_col_stride = dim;
+            op.values = sub_vals.data();
+            op.values_row_stride = count;
+            op.values_col_stride = 1;
+            op.indices = sub_idx.data();
+            op.indices_row_stride = count;
+            op.indices_col_stride = 1;
+            const kernels::gemm_top_k_plan plan =
+                kernels::plan_gemm_top_k(kernels::gemm_type::f32, mf, n, dim, count, static_cast<int>(s.parallelism()));
+            if (seg.bf16 && kernels::native_first_pass_available() && kernels::first_pass_applies(n, dim, count)) {
+                kernels::search_counters c{};
+                kernels::gemm_top_k_bf16(op, plan, nullptr, seg.bf16.get(), kernels::first_pass::native, &c, runner);
+                first_pass += static_cast<std::uint64_t>(c.first_pass);
+                fallback += static_cast<std::uint64_t>(c.fallback);
+                ts[0].rows_scored += static_cast<std::uint64_t>(c.reranked);
+                ts[0].rows_scored += static_cast<std::uint64_t>(c.fallback) * static_cast<std::uint64_t>(n);
+            } else {
+                kernels::gemm_top_k(kernels::gemm_type::f32, op, plan, nullptr, nullptr, runner);
+                ts[0].rows_scored += static_cast<std::uint64_t>(mf) * static_cast<std::uint64_t>(n);
+            }
+            for (std::size_t i = 0; i < fused.size(); ++i) {
+                const best_k heap = ts[0].heap(fused[i], k);
+                for (std::int64_t j = 0; j < count; ++j) {
+                    const std::size_t at = i * static_cast<std::size_t>(count) + static_cast<std::size_t>(j);
+                    heap.offer(sub_vals[at], seg.ids[sub_idx[at]]);
+                }
+            }
+        }
+
+        // Together and alone, in tasks: task t takes every tasks-th chunk of the 'together'
+        // block and every tasks-th 'alone' query.
+        if (together.empty() && alone.empty()) continue;
+        if (!together.empty()) {
+            sub_a.resize(together.size() * static_cast<std::size_t>(dim));
+            for (std::size_t i = 0; i < together.size(); ++i)
+                std::copy_n(qa.data() + together[i] * static_cast<std::size_t>(dim), dim,
+                            sub_a.data() + i * static_cast<std::size_t>(dim));
+            unite.assign(static_cast<std::size_t>(words), 0);
+            for (const std::size_t i : together) {
+                if (allowed[i] == nullptr) {
+                    std::fill(unite.begin(), unite.end(), ~std::uint64_t{0});
+                    break;
+                }
+                for (std::int64_t w = 0; w < words; ++w) unite[static_cast<std::size_t>(w)] |= allowed[i][w];
+            }
+            if ((n & 63) != 0) unite[static_cast<std::size_t>(words - 1)] &= (std::uint64_t{1} << (n & 63)) - 1;
+            together_allowed.resize(together.size());
+            for (std::size_t i = 0; i < together.size(); ++i) together_allowed[i] = allowed[together[i]];
+        }
+        const std::int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
+        s.parallel_for(static_cast<std::int64_t>(tasks), 1, [&](std::int64_t tb, std::int64_t te) {
+            for (std::int64_t t = tb; t < te; ++t) {
+                task_state& st = ts[static_cast<std::size_t>(t)];
+                if (!together.empty())
+                    for (std::int64_t c = t; c < chunks; c += static_cast<std::int64_t>(tasks)) {
+                        kernels::stop_point();
+                        const std::int64_t r0 = c * chunk_rows, r1 = std::min(n, r0 + chunk_rows);
+                        score_chunk(st, seg, r0, r1, unite.data(), sub_a.data(), together, together_allowed, dim, k);
+                    }
+                for (std::size_t a = static_cast<std::size_t>(t); a < alone.size(); a += tasks) {
+                    const std::size_t q[1] = {alone[a]};
+                    const std::uint64_t* mine[1] = {allowed[q[0]]};
+                    for (std::int64_t c = 0; c < chunks; ++c) {
+                        kernels::stop_point();
+                        const std::int64_t r0 = c * chunk_rows, r1 = std::min(n, r0 + chunk_rows);
+                        score_chunk(st, seg, r0, r1, mine[0], qa.data() + q[0] * static_cast<std::size_t>(dim), q, mine,
+                                    dim, k);
+                    }
+                }
+            }
+        });
+    }
+
+    // Every task's heaps into task 0's, then each query's best first.
+    for (std::size_t t = 1; t < tasks; ++t)
+        for (std::size_t i = 0; i < um; ++i) {
+            const best_k into = ts[0].heap(i, k), from = ts[t].heap(i, k);
+            for (std::int64_t j = 0; j < *from.held; ++j) into.offer(from.vals[j], from.ids[j]);
+        }
+    std::uint64_t rows_scored = 0;
+    for (const task_state& t : ts) rows_scored += t.rows_scored;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < um; ++i) total += static_cast<std::size_t>(ts[0].held[i]);
+    out.hits.resize(total);
+    for (std::size_t i = 0, at = 0; i < um; ++i) {
+        const best_k heap = ts[0].heap(i, k);
+        const std::int64_t h = *heap.held;
+        for (std::int64_t end = h - 1; end > 0; --end) {  // heap sort: the worst goes last
+            heap.swap_at(0, end);
+            heap.sift_down(0, end);
+        }
+        for (std::int64_t j = 0; j < h; ++j) out.hits[at++] = corpus_hit{heap.ids[j], heap.vals[j]};
+        out.offsets[i + 1] = at;
+    }
+    corpus_counters& c = v->cell->counters;
+    c.queries.fetch_add(static_cast<std::uint64_t>(m), std::memory_order_relaxed);
+    c.filtered.fetch_add(filtered, std::memory_order_relaxed);
+    c.first_pass.fetch_add(first_pass, std::memory_order_relaxed);
+    c.fallback.fetch_add(fallback, std::memory_order_relaxed);
+    c.rows_scored.fetch_add(rows_scored, std::memory_order_relaxed);
+    return out;
+}
+
+}  // namespace tenferro
