@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "tenferro/backend_session.hpp"
+#include "tenferro/detail/base/function_ref.hpp"
 #include "tenferro/tensor.hpp"
 
 namespace tenferro {
@@ -56,6 +57,7 @@ enum class corpus_errc {
     too_many_labels,      ///< more than `max_row_labels` labels
     dimension_mismatch,   ///< opened with a dimension other than the directory's corpus
     corrupt,              ///< a directory's files do not form a corpus (not a torn log tail: that is recovered)
+    zero_vector,          ///< a vector of zeros in a corpus that normalises (`live_corpus_options::normalize`)
 };
 const std::error_category& corpus_category() noexcept;
 std::error_code make_error_code(corpus_errc e) noexcept;
@@ -222,6 +224,10 @@ struct live_corpus_options {
     std::int64_t dim = 0;
     /// Rows per appended segment: writes fill one, then start the next.
     std::int64_t segment_rows = 16384;
+    /// Search each row scaled to unit length (cosine similarity for unit queries): element times
+    /// 1/‖x‖, both in double, rounded to f32. `get` still returns the row as written, which the
+    /// corpus then keeps beside it (4 more bytes per element). A zero vector is refused.
+    bool normalize = false;
 };
 
 /// A corpus of rows that change while searches run (contract section 9).
@@ -249,6 +255,9 @@ public:
     /// Searches and writes proceed meanwhile; a stop (S20) abandons it with nothing changed.
     /// Returns false when there was nothing to merge.
     bool compact(backend_session& s);
+    /// The same on the calling thread, outside any session (not stoppable): for setting a corpus
+    /// up before it serves.
+    bool compact();
     /// Whether `compact` would do something worthwhile: more than one segment, or erased rows
     /// stored.
     bool needs_compaction() const noexcept;
@@ -258,6 +267,7 @@ public:
 
 private:
     struct state;
+    bool compact_with(detail::function_ref<void()> check_stop);
     std::unique_ptr<state> state_;
 };
 

@@ -6,11 +6,12 @@
 
 namespace tenferro::detail::corpus {
 
-segment::segment(std::int64_t d, std::int64_t row_capacity, std::int64_t label_cap)
+segment::segment(std::int64_t d, std::int64_t row_capacity, std::int64_t label_cap, bool keep_raw)
     : dim(d),
       capacity(row_capacity),
       label_capacity(label_cap),
       values(make_aligned<float>(static_cast<std::size_t>(row_capacity * d))),
+      raw(keep_raw ? make_aligned<float>(static_cast<std::size_t>(row_capacity * d)) : nullptr),
       ids(make_aligned<row_id>(static_cast<std::size_t>(row_capacity))),
       label_end(make_aligned<std::uint32_t>(static_cast<std::size_t>(row_capacity))),
       labels(make_aligned<row_label>(static_cast<std::size_t>(label_cap))),
@@ -20,6 +21,7 @@ std::size_t segment::bytes() const noexcept {
     const auto rows = static_cast<std::size_t>(capacity);
     std::size_t b = rows * static_cast<std::size_t>(dim) * sizeof(float) + rows * (sizeof(row_id) + 4 + 8) +
                     static_cast<std::size_t>(label_capacity) * sizeof(row_label);
+    if (raw) b += rows * static_cast<std::size_t>(dim) * sizeof(float);
     if (bf16) b += rows * static_cast<std::size_t>(dim) * 2 + rows * 8;
     return b;
 }

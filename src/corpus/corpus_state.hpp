@@ -52,12 +52,13 @@ struct corpus_counters {
 };
 
 struct segment {
-    segment(std::int64_t dim, std::int64_t row_capacity, std::int64_t label_capacity);
+    segment(std::int64_t dim, std::int64_t row_capacity, std::int64_t label_capacity, bool keep_raw);
 
     const std::int64_t dim;
     const std::int64_t capacity;
     const std::int64_t label_capacity;
-    aligned_array<float> values;  // capacity x dim, row-major
+    aligned_array<float> values;  // capacity x dim, row-major: the rows searched
+    aligned_array<float> raw;  // the rows as written, where `values` holds them normalised; else null
     aligned_array<row_id> ids;
     // label_end[r]: one past row r's last label in `labels` (its first is label_end[r - 1], or 0).
     aligned_array<std::uint32_t> label_end;
@@ -77,6 +78,9 @@ struct segment {
 
     std::span<const float> row(std::int64_t r) const noexcept {
         return {values.get() + r * dim, static_cast<std::size_t>(dim)};
+    }
+    std::span<const float> raw_row(std::int64_t r) const noexcept {
+        return {(raw ? raw.get() : values.get()) + r * dim, static_cast<std::size_t>(dim)};
     }
     std::span<const row_label> row_labels(std::int64_t r) const noexcept {
         const std::uint32_t b = r == 0 ? 0 : label_end[r - 1];

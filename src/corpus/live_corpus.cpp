@@ -58,7 +58,7 @@ struct live_corpus::state {
 namespace {
 
 /// The first item of `w` that the corpus must refuse (L7), or none.
-write_result validate(const corpus_write& w, std::int64_t dim) {
+write_result validate(const corpus_write& w, std::int64_t dim, bool normalize) {
     write_result r;
     auto refuse = [&](std::size_t i, corpus_errc e) {
         if (!r.error || i < r.item) {
@@ -75,6 +75,8 @@ write_result validate(const corpus_write& w, std::int64_t dim) {
             refuse(i, corpus_errc::not_finite);
         else if (it.labels.size() > max_row_labels)
             refuse(i, corpus_errc::too_many_labels);
+        else if (normalize && std::all_of(it.vector.begin(), it.vector.end(), [](float x) { return x == 0.0f; }))
+            refuse(i, corpus_errc::zero_vector);
     }
     // A repeated id: the offending item is its second occurrence. Items before a refused one
     // are all that matter, so the search covers the whole write only when nothing was refused.
@@ -86,14 +88,32 @@ write_result validate(const corpus_write& w, std::int64_t dim) {
     return r;
 }
 
-void append_row(segment& seg, row_id id, std::span<const float> v, std::span<const row_label> labels) noexcept {
+// Appends a row: `v` is what is searched, `raw` (for a corpus that normalises) the row as written.
+void append_row(segment& seg, row_id id, std::span<const float> v, std::span<const float> raw,
+                std::span<const row_label> labels) noexcept {
     const std::int64_t r = seg.used++;
     std::copy(v.begin(), v.end(), seg.values.get() + r * seg.dim);
+    if (seg.raw) std::copy(raw.begin(), raw.end(), seg.raw.get() + r * seg.dim);
     seg.ids[r] = id;
     std::copy(labels.begin(), labels.end(), seg.labels.get() + seg.labels_used);
     seg.labels_used += static_cast<std::int64_t>(labels.size());
     seg.label_end[r] = static_cast<std::uint32_t>(seg.labels_used);
     seg.erased_at[r].store(never, std::memory_order_relaxed);
+}
+
+// Appends a written row, scaled to unit length where the corpus normalises (the same
+// arithmetic as the search server's queries: double norm, double product, rounded to f32).
+void append_written(segment& seg, row_id id, std::span<const float> v, std::span<const row_label> labels) noexcept {
+    if (!seg.raw) {
+        append_row(seg, id, v, {}, labels);
+        return;
+    }
+    double norm_squared = 0.0;
+    for (const float x : v) norm_squared += double(x) * double(x);
+    const double inverse = 1.0 / std::sqrt(norm_squared);
+    float* out = seg.values.get() + seg.used * seg.dim;
+    for (std::size_t p = 0; p < v.size(); ++p) out[p] = static_cast<float>(double(v[p]) * inverse);
+    append_row(seg, id, std::span<const float>(out, v.size()), v, labels);
 }
 
 }  // namespace
@@ -114,7 +134,7 @@ std::int64_t live_corpus::dim() const noexcept { return state_->options.dim; }
 
 write_result live_corpus::apply(const corpus_write& w) {
     state& st = *state_;
-    write_result r = validate(w, st.options.dim);
+    write_result r = validate(w, st.options.dim, st.options.normalize);
     if (r.error) return r;
 
     const std::lock_guard lock(st.writer);
@@ -146,7 +166,8 @@ write_result live_corpus::apply(const corpus_write& w) {
     std::shared_ptr<segment> next_tail;
     if (rest_rows > 0) {
         const std::int64_t rows = std::max(st.options.segment_rows, rest_rows);
-        next_tail = std::make_shared<segment>(st.options.dim, rows, std::max(rest_labels, 4 * rows));
+        next_tail =
+            std::make_shared<segment>(st.options.dim, rows, std::max(rest_labels, 4 * rows), st.options.normalize);
     }
     st.segments.reserve(st.segments.size() + 1);
     auto version = st.prepare_version(st.segments.size() + 1);
@@ -167,7 +188,7 @@ write_result live_corpus::apply(const corpus_write& w) {
             continue;
         }
         segment* dst = upserts++ < fit ? st.tail : next_tail.get();
-        append_row(*dst, it.id, it.vector, it.labels);
+        append_written(*dst, it.id, it.vector, it.labels);
         const state::location loc{dst, dst->used - 1};
         if (at != st.index.end()) {
             at->second = loc;
@@ -201,7 +222,7 @@ std::optional<stored_row> live_corpus::get(row_id id) const {
     const auto at = state_->index.find(id);
     if (at == state_->index.end()) return std::nullopt;
     const segment& seg = *at->second.seg;
-    const auto v = seg.row(at->second.row);
+    const auto v = seg.raw_row(at->second.row);
     const auto l = seg.row_labels(at->second.row);
     return stored_row{id, std::vector<float>(v.begin(), v.end()), std::vector<row_label>(l.begin(), l.end())};
 }
@@ -216,6 +237,14 @@ bool live_corpus::needs_compaction() const noexcept {
 }
 
 bool live_corpus::compact(backend_session& s) {
+    return compact_with([&s] { s.throw_if_stop_requested(); });
+}
+
+bool live_corpus::compact() {
+    return compact_with([] {});
+}
+
+bool live_corpus::compact_with(detail::function_ref<void()> check_stop) {
     state& st = *state_;
     corpus_snapshot snap;
     {
@@ -252,21 +281,21 @@ bool live_corpus::compact(backend_session& s) {
                 label_count += static_cast<std::int64_t>(sv.seg->row_labels(r).size());
             }
     std::sort(rows.begin(), rows.end(), [](const source& a, const source& b) { return a.id < b.id; });
-    s.throw_if_stop_requested();
+    check_stop();
 
     const auto n = static_cast<std::int64_t>(rows.size());
-    auto merged = std::make_shared<segment>(v.dim, n, label_count);
+    auto merged = std::make_shared<segment>(v.dim, n, label_count, st.options.normalize);
     for (std::int64_t i = 0; i < n; ++i) {
-        if ((i & 4095) == 0) s.throw_if_stop_requested();  // S20: nothing is installed yet
+        if ((i & 4095) == 0) check_stop();  // S20: nothing is installed yet
         const source& src = rows[static_cast<std::size_t>(i)];
-        append_row(*merged, src.id, src.seg->row(src.row), src.seg->row_labels(src.row));
+        append_row(*merged, src.id, src.seg->row(src.row), src.seg->raw_row(src.row), src.seg->row_labels(src.row));
     }
     merged->sorted = true;
     if (n > 0) {
         merged->bf16 = detail::corpus::make_aligned<std::byte>(kernels::bf16_corpus_bytes(v.dim, n));
         kernels::make_bf16_corpus(merged->values.get(), 1, v.dim, v.dim, n, merged->bf16.get());
     }
-    s.throw_if_stop_requested();
+    check_stop();
 
     const std::lock_guard lock(st.writer);
     auto version = st.prepare_version(st.segments.size() - v.segments.size() + 1);

@@ -353,3 +353,24 @@ TEST_CASE("search refuses bad operands with a tensor_error naming them") {
     CHECK_THROWS_WITH(search(f.session, corpus_snapshot{}, q4.view(), 1), Catch::Contains("snapshot is empty"));
     CHECK(search(f.session, snap, q4.view(), 3)[0].empty());
 }
+
+TEST_CASE("a normalising corpus searches unit rows and returns rows as written; it refuses zero vectors") {
+    cpu_session_fixture f(1);
+    live_corpus corpus({.dim = 3, .normalize = true});
+    corpus_write w;
+    w.upsert(1, {3, 0, 4});
+    w.upsert(2, {0, 0.1f, 0});
+    REQUIRE(corpus.apply(w));
+    CHECK(corpus.get(1)->vector == std::vector<float>{3, 0, 4});
+    corpus_write zero;
+    zero.upsert(3, {0, 0, 0});
+    const write_result r = corpus.apply(zero);
+    CHECK(r.error == corpus_errc::zero_vector);
+    model unit;
+    unit[1] = {{static_cast<float>(3.0 / 5.0), 0, static_cast<float>(4.0 / 5.0)}, {}};
+    unit[2] = {{0, 1, 0}, {}};
+    check_exact(f.session, corpus.snapshot(), unit, {0.6f, 0.8f, 0}, 3, 2, {});
+    REQUIRE(corpus.compact());
+    CHECK(corpus.get(2)->vector == std::vector<float>{0, 0.1f, 0});
+    check_exact(f.session, corpus.snapshot(), unit, {0.6f, 0.8f, 0}, 3, 2, {});
+}
