@@ -24,6 +24,8 @@ public:
             return "dimension differs from the stored corpus's";
         case corpus_errc::corrupt:
             return "corpus files are corrupt";
+        case corpus_errc::zero_vector:
+            return "vector is all zeros: it has no direction";
         }
         return "unknown corpus error";
     }
