@@ -133,7 +133,7 @@ asio::awaitable<tf::tensor> obtain_corpus(tf::cpu_backend& cpu, const corpus_sou
         std::atomic<std::int64_t> first_bad{none};  // flat index of the first non-finite element
         tf::session_options options;
         options.permits = cpu.permits();
-        auto body = [data, rows, dim, &first_bad](tf::backend_session& s) {
+        auto body = [data, rows, dim, &first_bad, normalise = source.normalise](tf::backend_session& s) {
             s.parallel_for(rows, 1024, [&](std::int64_t begin, std::int64_t end) {
                 for (std::int64_t r = begin; r < end; ++r) {
                     const float* row = data + r * dim;
@@ -145,7 +145,7 @@ asio::awaitable<tf::tensor> obtain_corpus(tf::cpu_backend& cpu, const corpus_sou
                         }
                         return;  // rows after it in this block cannot come first
                     }
-                    normalise_unless_unit(data + r * dim, dim);
+                    if (normalise) normalise_unless_unit(data + r * dim, dim);
                 }
             });
         };
@@ -195,7 +195,8 @@ std::vector<search_hit> brute_force_top_k(const tf::tensor& corpus, std::span<co
     });
     std::vector<search_hit> hits;
     for (std::int64_t i = 0; i < k; ++i)
-        hits.push_back({scored[std::size_t(i)].second, float(scored[std::size_t(i)].first)});
+        hits.push_back(
+            {static_cast<std::uint64_t>(scored[std::size_t(i)].second), float(scored[std::size_t(i)].first)});
     return hits;
 }
 
@@ -213,17 +214,17 @@ reference_check compare_with_reference(const tf::tensor& corpus, std::span<const
     const double inverse = 1.0 / std::sqrt(norm_squared);
     for (std::size_t i = 0; i < served.size(); ++i) {
         c.max_score_error = std::max(c.max_score_error, std::abs(double(served[i].score) - double(exact[i].score)));
-        if (served[i].index == exact[i].index) continue;
-        if (served[i].index < 0 || served[i].index >= corpus.shape()[0]) {
-            c.detail = "rank " + std::to_string(i + 1) + ": index out of range";
+        if (served[i].id == exact[i].id) continue;
+        if (served[i].id >= static_cast<std::uint64_t>(corpus.shape()[0])) {
+            c.detail = "rank " + std::to_string(i + 1) + ": id out of range";
             return c;
         }
-        const float* row = corpus.data<float>() + served[i].index * dim;
+        const float* row = corpus.data<float>() + static_cast<std::int64_t>(served[i].id) * dim;
         double dot = 0.0;
         for (std::int64_t j = 0; j < dim; ++j) dot += double(row[j]) * double(query[std::size_t(j)]);
         if (std::abs(dot * inverse - double(exact[i].score)) > tolerance) {
-            c.detail = "rank " + std::to_string(i + 1) + ": served row " + std::to_string(served[i].index) +
-                       ", reference row " + std::to_string(exact[i].index);
+            c.detail = "rank " + std::to_string(i + 1) + ": served row " + std::to_string(served[i].id) +
+                       ", reference row " + std::to_string(exact[i].id);
             return c;
         }
     }

@@ -14,7 +14,7 @@
 namespace embedding_search {
 
 struct search_hit {
-    std::int64_t index = 0;
+    std::uint64_t id = 0;  ///< the row's id (its row number in a corpus loaded from a file)
     float score = 0.0f;
 };
 
@@ -34,6 +34,9 @@ struct corpus_source {
     std::int64_t rows = 200'000;
     std::int64_t dim = 128;
     std::uint64_t seed = 42;
+    /// Scale the rows of a file to unit length (false: leave them as read, for a corpus that
+    /// normalises them itself and keeps them as written: tenferro::live_corpus_options::normalize).
+    bool normalise = true;
 };
 
 /// What `obtain_corpus` did, for the demo's report.

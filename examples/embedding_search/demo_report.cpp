@@ -212,9 +212,9 @@ void print_demo_results(const demo_options& o, const trial_result& t) {
                 static_cast<long long>(o.k));
     std::printf("  %4s  %10s %10s   %10s %10s\n", "rank", "index", "score", "reference", "score");
     for (std::size_t i = 0; i < t.sample_reference.size(); ++i) {
-        const search_hit served = i < t.sample_hits.size() ? t.sample_hits[i] : search_hit{-1, 0.0f};
-        std::printf("  %4zu  %10lld %10.6f   %10lld %10.6f\n", i + 1, static_cast<long long>(served.index),
-                    double(served.score), static_cast<long long>(t.sample_reference[i].index),
+        const search_hit served = i < t.sample_hits.size() ? t.sample_hits[i] : search_hit{~std::uint64_t{0}, 0.0f};
+        std::printf("  %4zu  %10lld %10.6f   %10lld %10.6f\n", i + 1, static_cast<long long>(served.id),
+                    double(served.score), static_cast<long long>(t.sample_reference[i].id),
                     double(t.sample_reference[i].score));
     }
     if (t.sample_check.ok) {
@@ -245,11 +245,10 @@ demo_report_files write_demo_report(const demo_options& o, const corpus_origin& 
     w.field("row", t.sample_row).field("matches_reference", t.sample_check.ok);
     w.field("max_score_error", t.sample_check.max_score_error);
     w.key("results").begin_array();
-    for (const auto& h : t.sample_hits) w.begin_object().field("index", h.index).field("score", h.score).end_object();
+    for (const auto& h : t.sample_hits) w.begin_object().field("id", h.id).field("score", h.score).end_object();
     w.end_array();
     w.key("reference").begin_array();
-    for (const auto& h : t.sample_reference)
-        w.begin_object().field("index", h.index).field("score", h.score).end_object();
+    for (const auto& h : t.sample_reference) w.begin_object().field("id", h.id).field("score", h.score).end_object();
     w.end_array();
     w.end_object();
     w.key("server_stats").raw(t.stats_json.empty() ? "null" : t.stats_json);

@@ -47,10 +47,10 @@ std::vector<search_hit> parse_hits(std::string_view body) {
     simdjson::dom::array results;
     if (parser.parse(body.data(), body.size())["results"].get_array().get(results)) return hits;
     for (const simdjson::dom::element e : results) {
-        std::int64_t index = 0;
+        std::uint64_t id = 0;
         double score = 0.0;
-        if (e["index"].get_int64().get(index) || e["score"].get_double().get(score)) return {};
-        hits.push_back({index, float(score)});
+        if (e["id"].get_uint64().get(id) || e["score"].get_double().get(score)) return {};
+        hits.push_back({id, float(score)});
     }
     return hits;
 }

@@ -31,7 +31,9 @@ server_options checked(server_options options) {
 search_limits limits_for(const search_engine& engine, const server_options& options) {
     search_limits limits;
     limits.dim = engine.dim();
-    limits.max_k = std::min(options.max_k, engine.rows());
+    // Not capped at the corpus's rows: they change (a search returns fewer than k when fewer
+    // rows pass, contract section 10).
+    limits.max_k = options.max_k;
     limits.default_k = std::min<std::int64_t>(10, limits.max_k);
     return limits;
 }

@@ -3,7 +3,7 @@
 // `io_threads` threads, requests parsed strictly (http_request_parser.hpp),
 // three routes:
 //
-//   POST /v1/search   {"vector": [D numbers], "k": 10} -> {"results": [{"index": i, "score": s}, ...]}
+//   POST /v1/search   {"vector": [D numbers], "k": 10} -> {"results": [{"id": i, "score": s}, ...], "seq": s}
 //                     (X-Tenferro-Group: the tenant; "timeout_ms" or X-Tenferro-Timeout-Ms: the deadline)
 //   GET  /v1/stats    admission, buffer-pool, request and latency counters
 //   GET  /healthz     {"status": "ok"}

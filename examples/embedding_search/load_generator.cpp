@@ -240,10 +240,10 @@ bool valid_search_response(std::string_view body, std::int64_t expected) {
     std::int64_t n = 0;
     double previous = 2.0;
     for (const simdjson::dom::element hit : results) {
-        std::int64_t index = 0;
+        std::uint64_t id = 0;
         double score = 0.0;
-        if (hit["index"].get_int64().get(index) || hit["score"].get_double().get(score)) return false;
-        if (index < 0 || score > previous) return false;
+        if (hit["id"].get_uint64().get(id) || hit["score"].get_double().get(score)) return false;
+        if (score > previous) return false;
         previous = score;
         ++n;
     }

@@ -81,7 +81,7 @@ struct load_result {
 load_result run_load(const load_options& options, const std::function<void(const load_progress&)>& progress);
 
 /// True when `body` is `{"results": [...]}` with `expected` entries, each an
-/// object with an integer "index" and a numeric "score", scores non-increasing.
+/// object with an integer "id" and a numeric "score", scores non-increasing.
 bool valid_search_response(std::string_view body, std::int64_t expected);
 
 }  // namespace embedding_search

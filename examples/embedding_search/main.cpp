@@ -35,6 +35,8 @@ using namespace embedding_search;
 namespace {
 
 struct serve_options {
+    std::int64_t dim = 0;  // --dim: 0 when not given
+    std::string data_dir;
     std::string corpus_path;
     std::vector<std::int64_t> generate;  // rows, dim
     std::uint64_t seed = 42;
@@ -123,30 +125,47 @@ int serve(serve_options o) {
         source.generate = true;
         source.rows = o.generate[0];
         source.dim = o.generate[1];
-    } else if (o.corpus_path.empty()) {
-        std::fprintf(stderr, "tenferro-search: give --corpus FILE.npy, or --generate ROWS DIM (see --help)\n");
+    } else if (o.corpus_path.empty() && o.dim == 0) {
+        std::fprintf(stderr,
+                     "tenferro-search: give --dim D (an empty corpus), --corpus FILE.npy, or --generate ROWS DIM "
+                     "(see --help)\n");
         return 2;
     }
 
     const std::size_t io_threads = std::max<std::size_t>(1, o.mode.io_threads);
-    corpus_origin origin;
-    tf::tensor corpus;
-    {
+    std::int64_t dim = o.dim;
+    tf::tensor rows;
+    if (source.generate || !o.corpus_path.empty()) {
+        corpus_origin origin;
+        source.normalise = false;  // the live corpus normalises, and keeps the rows as read for GET
         tf::cpu_backend generator(tf::cpu_backend_options{});  // every core, for generating only
         asio::io_context io(1);
         auto loaded = asio::co_spawn(io, obtain_corpus(generator, source, &origin), asio::use_future);
         io.run();
-        corpus = loaded.get();
+        rows = loaded.get();
+        std::fprintf(stderr, "tenferro-search: corpus %s x %s %s in %.2f s%s\n",
+                     std::to_string(rows.shape()[0]).c_str(), std::to_string(rows.shape()[1]).c_str(),
+                     origin.generated ? "generated" : "read", origin.seconds,
+                     origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
+        if (dim != 0 && dim != rows.shape()[1]) {
+            std::fprintf(stderr, "tenferro-search: --dim %lld disagrees with the corpus's dimension %lld\n",
+                         static_cast<long long>(dim), static_cast<long long>(rows.shape()[1]));
+            return 2;
+        }
+        dim = rows.shape()[1];
     }
-    std::fprintf(stderr, "tenferro-search: corpus %s x %s %s in %.2f s%s\n", std::to_string(corpus.shape()[0]).c_str(),
-                 std::to_string(corpus.shape()[1]).c_str(), origin.generated ? "generated" : "read", origin.seconds,
-                 origin.note.empty() ? "" : (" (" + origin.note + ")").c_str());
+    auto corpus = std::make_shared<tf::live_corpus>(tf::live_corpus_options{.dim = dim, .normalize = true});
+    if (rows.size() != 0) {
+        load_rows(*corpus, rows, 0);
+        rows = tf::tensor();  // the corpus holds them now
+        corpus->compact();
+    }
 
     // The patience policy learns from clients that leave: a server that does
     // not watch for them keeps today's behaviour.
     if (!o.server.notice_closed) o.mode.patience = false;
     auto usage = std::make_shared<permit_usage_observer>();
-    tf::cpu_backend cpu(backend_options_for(o.mode, usage, std::size_t(corpus.size()) * sizeof(float)));
+    tf::cpu_backend cpu(backend_options_for(o.mode, usage));
     search_engine engine(cpu, corpus, engine_options_for(o.mode), usage);
 
     o.server.io_threads = io_threads;
@@ -230,7 +249,12 @@ int main(int argc, char** argv) {
     app.require_subcommand(0, 1);
 
     serve_options serve_opts;
-    app.add_option("--corpus", serve_opts.corpus_path, "the corpus, an N x D f32 .npy file (written when generating)");
+    app.add_option("--dim", serve_opts.dim,
+                   "the vectors' length: serve an empty corpus of this dimension (with "
+                   "--corpus or --generate it must agree with theirs)")
+        ->check(whole<std::int64_t>(1, 1 << 20));
+    app.add_option("--corpus", serve_opts.corpus_path,
+                   "rows 0..N-1 of the corpus, from an N x D f32 .npy file (written when generating)");
     app.add_option("--generate", serve_opts.generate, "generate a random corpus of ROWS x DIM unit rows")
         ->expected(2)
         ->type_name("ROWS DIM")

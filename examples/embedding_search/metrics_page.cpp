@@ -272,6 +272,34 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
     w.family("tenferro_batch_compute_seconds", "histogram", "One batch's matmul and top_k.")
         .histogram("tenferro_batch_compute_seconds", "", e.batch_compute);
 
+    // The live corpus (contract section 10).
+    const auto corpus_gauge = [&](std::string_view name, std::string_view type, std::string_view help, double v) {
+        w.family(name, type, help).sample(name, "", v);
+    };
+    const tf::corpus_stats& c = e.corpus;
+    corpus_gauge("tenferro_corpus_rows", "gauge", "Live rows of the corpus.", double(c.rows));
+    corpus_gauge("tenferro_corpus_seq", "gauge", "Sequence number of the last applied write.", double(c.seq));
+    corpus_gauge("tenferro_corpus_segments", "gauge", "Segments holding the rows.", double(c.segments));
+    corpus_gauge("tenferro_corpus_stored_rows", "gauge", "Rows stored, erased and replaced ones included.",
+                 double(c.stored_rows));
+    corpus_gauge("tenferro_corpus_awaiting_compaction_rows", "gauge",
+                 "Rows outside the compacted segment plus erased rows still stored.",
+                 double(c.uncompacted_rows + (c.stored_rows - c.rows)));
+    corpus_gauge("tenferro_corpus_bytes", "gauge", "Memory held by the corpus's segments.", double(c.bytes));
+    corpus_gauge("tenferro_corpus_log_bytes", "gauge", "Size of the write-ahead log.", double(c.log_bytes));
+    corpus_gauge("tenferro_corpus_writes_total", "counter", "Writes applied.", double(c.writes));
+    corpus_gauge("tenferro_corpus_compactions_total", "counter", "Compactions installed.", double(c.compactions));
+    corpus_gauge("tenferro_corpus_compactions_failed_total", "counter", "Compaction sessions that did not finish.",
+                 double(e.compactions_failed));
+    corpus_gauge("tenferro_corpus_queries_total", "counter", "Queries searched.", double(c.queries));
+    corpus_gauge("tenferro_corpus_filtered_queries_total", "counter", "Queries with a filter.",
+                 double(c.filtered_queries));
+    corpus_gauge("tenferro_corpus_first_pass_total", "counter",
+                 "Queries answered through the bf16 first pass on the compacted segment.", double(c.first_pass));
+    corpus_gauge("tenferro_corpus_fallback_total", "counter", "Queries whose first pass fell back to f32.",
+                 double(c.fallback));
+    corpus_gauge("tenferro_corpus_rows_scored_total", "counter", "Rows scored in f32.", double(c.rows_scored));
+
     // The server.
     w.family("tenferro_search_shed_total", "counter", "Searches answered 503 at once: the batcher's queue was full.")
         .sample("tenferro_search_shed_total", "", double(e.shed));

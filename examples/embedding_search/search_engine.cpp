@@ -16,6 +16,7 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
@@ -40,7 +41,13 @@ tf::cpu_backend_options backend_options_for(const server_mode& mode, std::shared
                                     : (mode.permits ? mode.permits : std::max(1u, std::thread::hardware_concurrency()));
     o.max_waiters = mode.inline_compute ? std::numeric_limits<std::size_t>::max() : mode.max_waiters;
     o.observer = std::move(usage);
-    if (!mode.inline_compute) o.groups = mode.groups;
+    if (!mode.inline_compute) {
+        // The tenants' groups (or the one "default"), then the live corpus's compaction in a group
+        // of its own (contract L8), so that the searches' groups keep their shares meanwhile.
+        o.groups = mode.groups;
+        if (o.groups.empty()) o.groups.push_back(tf::group_options{.name = "default"});
+        o.groups.push_back(tf::group_options{.name = "compaction"});
+    }
     if (!mode.inline_compute && mode.compute_nice != 0) {
         // Each compute worker lowers its own priority once, as it starts.
         o.on_worker_start = [nice = mode.compute_nice](std::size_t) { set_thread_nice(nice); };
@@ -56,6 +63,8 @@ engine_options engine_options_for(const server_mode& mode) {
     o.session_permits = mode.inline_compute ? 1 : mode.batch_permits;
     if (!mode.inline_compute) o.max_waiting = mode.max_waiters;
     o.patience.enabled = mode.patience && !mode.inline_compute;
+    // The last group of backend_options_for's host.
+    o.compaction_group = mode.inline_compute ? engine_options::none : std::max<std::size_t>(1, mode.groups.size());
     return o;
 }
 
@@ -76,41 +85,103 @@ tf::batch_options batching_for(const engine_options& o, std::size_t backend_perm
     return b;
 }
 
-tf::tensor checked_corpus(tf::tensor corpus) {
-    if (corpus.type() != tf::dtype::f32 || corpus.rank() != 2 || corpus.shape()[0] < 1 || corpus.shape()[1] < 1) {
+/// A live corpus holding `rows` as ids 0..n-1, compacted (one segment sorted by id, with the
+/// first pass's copy): what a constant corpus was.
+std::shared_ptr<tf::live_corpus> corpus_of(const tf::tensor& rows) {
+    if (rows.type() != tf::dtype::f32 || rows.rank() != 2 || rows.shape()[0] < 1 || rows.shape()[1] < 1) {
         throw std::invalid_argument("search_engine: the corpus must be a non-empty 2-D f32 tensor, got " +
-                                    std::string(tf::to_string(corpus.type())) + " " + tf::to_string(corpus.shape()));
+                                    std::string(tf::to_string(rows.type())) + " " + tf::to_string(rows.shape()));
     }
+    auto corpus = std::make_shared<tf::live_corpus>(tf::live_corpus_options{.dim = rows.shape()[1], .normalize = true});
+    load_rows(*corpus, rows, 0);
+    corpus->compact();
     return corpus;
 }
 }  // namespace
 
-search_engine::search_engine(tf::cpu_backend& cpu, tf::tensor corpus, engine_options options,
+void load_rows(tf::live_corpus& corpus, const tf::tensor& rows, std::uint64_t first_id) {
+    const std::int64_t n = rows.shape()[0], dim = rows.shape()[1];
+    const float* data = rows.data<float>();  // a tensor is row-major
+    constexpr std::int64_t chunk = 16384;
+    for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
+        tf::corpus_write w;
+        for (std::int64_t r = r0; r < std::min(n, r0 + chunk); ++r)
+            w.upsert(first_id + static_cast<std::uint64_t>(r),
+                     std::span<const float>(data + r * dim, static_cast<std::size_t>(dim)));
+        const tf::write_result res = corpus.apply(w);
+        if (!res) {
+            throw std::runtime_error("row " + std::to_string(r0 + static_cast<std::int64_t>(res.item)) +
+                                     " of the corpus: " + res.error.message());
+        }
+    }
+}
+
+search_engine::search_engine(tf::cpu_backend& cpu, const tf::tensor& rows, engine_options options,
+                             std::shared_ptr<permit_usage_observer> usage)
+    : search_engine(cpu, corpus_of(rows), std::move(options), std::move(usage)) {}
+
+search_engine::search_engine(tf::cpu_backend& cpu, std::shared_ptr<tf::live_corpus> corpus, engine_options options,
                              std::shared_ptr<permit_usage_observer> usage)
     : cpu_(cpu),
-      corpus_(checked_corpus(std::move(corpus))),
+      corpus_(std::move(corpus)),
       options_(std::move(options)),
       usage_(std::move(usage)),
       patience_(options_.patience) {
-    for (std::size_t g = 0; g < cpu_.groups(); ++g) {
+    // The search groups: every group of the host but the compaction group, which is the last one
+    // (named in the options, or else a last group named "compaction", as backend_options_for makes).
+    if (options_.compaction_group == engine_options::none && cpu_.groups() > 1 &&
+        cpu_.group_stats(cpu_.groups() - 1).name == "compaction")
+        options_.compaction_group = cpu_.groups() - 1;
+    if (options_.compaction_group != engine_options::none && options_.compaction_group + 1 != cpu_.groups())
+        throw std::invalid_argument("search_engine: the compaction group must be the host's last group");
+    const std::size_t search_groups = options_.compaction_group < cpu_.groups() ? cpu_.groups() - 1 : cpu_.groups();
+    for (std::size_t g = 0; g < search_groups; ++g) {
         const tf::group_stats gs = cpu_.group_stats(g);
         auto c = std::make_unique<group_counters>();
         c->name = std::string(gs.name);
         c->weight = gs.weight;
         counters_.push_back(std::move(c));
     }
-    for (std::size_t g = 0; g < cpu_.groups(); ++g) {
+    for (std::size_t g = 0; g < search_groups; ++g) {
         batchers_.push_back(std::make_unique<batcher_type>(
             cpu_, batching_for(options_, cpu_.permits(), g),
             [this, g](tf::backend_session& s, std::span<item> batch) { return compute(s, g, batch); }));
     }
     options_.max_batch = batchers_.front()->options().max_batch;
-    cpu_.default_cache().mark_constant(corpus_);
 }
 
 search_engine::~search_engine() {
     batchers_.clear();  // before the counters their bodies use
-    cpu_.default_cache().unmark_constant(corpus_);
+}
+
+asio::awaitable<tf::write_result> search_engine::write(tf::corpus_write w) {
+    tf::write_result r = corpus_->apply(w);
+    if (r) compact_if_due(co_await asio::this_coro::executor);
+    co_return r;
+}
+
+void search_engine::compact_if_due(asio::any_io_executor ex) {
+    if (compacting_.load(std::memory_order_relaxed)) return;
+    const tf::corpus_stats c = corpus_->stats();
+    const std::int64_t pending = c.uncompacted_rows + (c.stored_rows - c.rows);
+    if (pending < std::max<std::int64_t>(options_.compaction_min_rows, c.rows / 8)) return;
+    if (compacting_.exchange(true, std::memory_order_acq_rel)) return;
+    compactions_started_.fetch_add(1, std::memory_order_relaxed);
+    tf::session_options so;
+    so.permits = 1;
+    so.group = options_.compaction_group < cpu_.groups() ? options_.compaction_group : 0;
+    so.where = options_.inline_compute ? tf::placement::caller : tf::placement::compute;
+    // The corpus is held by the session's body, so that a compaction still running when the
+    // engine goes finishes on a corpus that exists.
+    asio::co_spawn(
+        ex,
+        [this, corpus = corpus_, so]() -> asio::awaitable<void> {
+            auto r = co_await cpu_.with_backend_session(
+                so, [&corpus](tf::backend_session& s) { return corpus->compact(s); });
+            if (!r) compactions_failed_.fetch_add(1, std::memory_order_relaxed);
+            compacting_.store(false, std::memory_order_release);
+        },
+        [](std::exception_ptr) {});
 }
 
 std::size_t search_engine::group_index(std::string_view name) const noexcept {
@@ -343,6 +414,7 @@ asio::awaitable<search_outcome> search_engine::search(search_query query, std::s
         patience_.record_delivered(std::chrono::duration<double>(at - entered).count(), at);
     }
     outcome.hits = std::move(r->hits);
+    outcome.seq = r->seq;
     co_return outcome;
 }
 
@@ -399,16 +471,25 @@ void search_engine::compute_batch(tf::backend_session& s, std::size_t group, std
         std::copy(batch[j].query.unit_vector.begin(), batch[j].query.unit_vector.end(), rows_out);
         rows_out += d;
     }
-    const auto [values, indices] = s.matmul_top_k(queries, corpus_.transposed(), k_max);
+    // Each query's filter, where any has one (contract L5: in a batch, each query has its own).
+    std::vector<tf::row_filter> filters;
+    for (const std::size_t j : live)
+        if (batch[j].query.filter) filters.resize(live.size());
+    if (!filters.empty())
+        for (std::size_t b = 0; b < live.size(); ++b)
+            if (batch[live[b]].query.filter) filters[b] = std::move(*batch[live[b]].query.filter);
+    // One snapshot for the whole batch (L3), taken as its session runs.
+    const tf::corpus_snapshot snapshot = corpus_->snapshot();
+    const tf::corpus_hits hits = tf::search(s, snapshot, queries.view(), k_max, filters);
 
-    const float* v = values.data<float>();
-    const std::int64_t* i = indices.data<std::int64_t>();
     for (std::int64_t b = 0; b < count; ++b) {
         const std::size_t at = live[std::size_t(b)];
-        const std::int64_t k = batch[at].query.k;
+        const auto mine = hits[std::size_t(b)];
+        const std::size_t k = std::min(mine.size(), std::size_t(batch[at].query.k));
         std::vector<search_hit>& h = out[at].hits;
-        h.resize(std::size_t(k));
-        for (std::int64_t j = 0; j < k; ++j) h[std::size_t(j)] = {i[b * k_max + j], v[b * k_max + j]};
+        h.resize(k);
+        for (std::size_t j = 0; j < k; ++j) h[j] = {mine[j].id, mine[j].score};
+        out[at].seq = hits.seq;
     }
     const auto took = now() - started;
     batch_compute_.record(took);
@@ -534,6 +615,9 @@ engine_snapshot search_engine::snapshot() const {
     const batch_cost_model::fit cost = batch_cost_.current();
     s.batch_fixed_seconds = cost.fixed_seconds;
     s.batch_per_query_seconds = cost.per_query_seconds;
+    s.corpus = corpus_->stats();
+    s.compactions_started = compactions_started_.load(std::memory_order_relaxed);
+    s.compactions_failed = compactions_failed_.load(std::memory_order_relaxed);
     return s;
 }
 

@@ -49,6 +49,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <tenferro/live_corpus.hpp>
 #include <tenferro/tenferro.hpp>
 
 #include "corpus.hpp"
@@ -89,6 +90,14 @@ struct engine_options {
     /// The engine's clock, for the ages and the batch times it measures
     /// (tests; empty: steady_clock). Deadline timers run on the real clock.
     std::function<clock_type::time_point()> clock{};
+    /// The host's group in which compaction sessions run (contract L8: apart
+    /// from the searches' groups, which are the ones before it); `none`: no
+    /// group of its own, compaction runs in group 0.
+    static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+    std::size_t compaction_group = none;
+    /// Compaction starts once the rows outside the compacted segment and the
+    /// erased rows still stored reach max(compaction_min_rows, live rows / 8).
+    std::int64_t compaction_min_rows = 4096;
 };
 
 /// How one run of the server is set up.
@@ -144,6 +153,7 @@ inline constexpr std::array<std::string_view, 3> expiry_stage_names = {"arrival"
 struct search_outcome {
     search_status status = search_status::ok;
     std::vector<search_hit> hits;  ///< best first
+    std::uint64_t seq = 0;         ///< the snapshot's sequence number, when ok
     std::string error;             ///< why, when not ok
     expiry_stage stage = expiry_stage::arrival;  ///< when expired
     double predicted_wait_seconds = 0.0;  ///< when expired: the group's predicted wait (then)
@@ -191,7 +201,9 @@ struct engine_snapshot {
     /// Queries completed with an admission error, by `session_entry_errc`
     /// (index: the code's value, 1 = reentered ... 7 = deadline_exceeded).
     std::array<std::uint64_t, 8> rejected_by_reason{};
-    std::vector<group_snapshot> groups;  ///< one per group of the host
+    std::vector<group_snapshot> groups;  ///< one per search group of the host
+    tenferro::corpus_stats corpus;       ///< the live corpus's own counters
+    std::uint64_t compactions_started = 0, compactions_failed = 0;
     /// The patience policy: on or not; taken queries it answered 503 instead
     /// of computing; close ages recorded; the learned patience (0: not yet
     /// known) and the batch cost model (fixed + per query, 0: not yet known).
@@ -201,14 +213,19 @@ struct engine_snapshot {
     double batch_fixed_seconds = 0.0, batch_per_query_seconds = 0.0;
 };
 
+/// Writes `rows` (a 2-D f32 tensor) into `corpus` as ids first_id, first_id + 1, ..., in writes
+/// of 16384 rows. \throws std::runtime_error naming the row the corpus refused.
+void load_rows(tenferro::live_corpus& corpus, const tenferro::tensor& rows, std::uint64_t first_id);
+
 class search_engine {
 public:
-    /// `corpus` is a 2-D f32 tensor of unit rows; `usage` is the observer
-    /// installed in `cpu` (or null). The corpus is marked constant in `cpu`'s
-    /// runtime cache for the engine's lifetime, so the matmuls keep its packed
-    /// panels instead of packing 100 MB per call (the cache must be large enough:
-    /// `backend_options_for`).
-    search_engine(tenferro::cpu_backend& cpu, tenferro::tensor corpus, engine_options options,
+    /// Serves `corpus` (a corpus that normalises: cosine similarity); `usage`
+    /// is the observer installed in `cpu` (or null).
+    search_engine(tenferro::cpu_backend& cpu, std::shared_ptr<tenferro::live_corpus> corpus, engine_options options,
+                  std::shared_ptr<permit_usage_observer> usage = nullptr);
+    /// Serves a constant corpus: `rows`, a 2-D f32 tensor of unit rows, become
+    /// rows 0..n-1 of a live corpus of their own, compacted at once.
+    search_engine(tenferro::cpu_backend& cpu, const tenferro::tensor& rows, engine_options options,
                   std::shared_ptr<permit_usage_observer> usage = nullptr);
     ~search_engine();
 
@@ -235,9 +252,17 @@ public:
     /// What a query arriving in `group` now would be predicted to wait (tenant_groups.hpp).
     double predicted_wait_seconds(std::size_t group) const;
 
-    std::int64_t rows() const noexcept { return corpus_.shape()[0]; }
-    std::int64_t dim() const noexcept { return corpus_.shape()[1]; }
-    const tenferro::tensor& corpus() const noexcept { return corpus_; }
+    /// Applies `w` to the corpus (contract L2: visible to every search
+    /// admitted after it completes), then starts a compaction when one is due.
+    /// Resumes on the calling coroutine's executor.
+    asio::awaitable<tenferro::write_result> write(tenferro::corpus_write w);
+    /// A compaction, when one is due and none runs: a session of one permit in
+    /// the compaction group, spawned on `ex` (detached; counted).
+    void compact_if_due(asio::any_io_executor ex);
+
+    std::int64_t rows() const noexcept { return corpus_->snapshot().rows(); }
+    std::int64_t dim() const noexcept { return corpus_->dim(); }
+    tenferro::live_corpus& corpus() noexcept { return *corpus_; }
     const engine_options& options() const noexcept { return options_; }
     tenferro::cpu_backend& backend() noexcept { return cpu_; }
     engine_snapshot snapshot() const;
@@ -270,6 +295,7 @@ private:
     /// when the batch body started.
     struct answer {
         std::vector<search_hit> hits;
+        std::uint64_t seq = 0;
         bool expired = false;
         bool shed = false;  // the patience policy did not compute it
     };
@@ -300,7 +326,9 @@ private:
                                             clock_type::time_point started, std::vector<answer>& out);
 
     tenferro::cpu_backend& cpu_;
-    tenferro::tensor corpus_;
+    std::shared_ptr<tenferro::live_corpus> corpus_;
+    std::atomic<bool> compacting_{false};
+    std::atomic<std::uint64_t> compactions_started_{0}, compactions_failed_{0};
     engine_options options_;
     std::shared_ptr<permit_usage_observer> usage_;
 

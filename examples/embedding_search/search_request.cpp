@@ -1,14 +1,16 @@
 #include "search_request.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <optional>
 #include <string>
 
 #include <simdjson.h>
 
+#include "json_numbers.hpp"
 #include "json_writer.hpp"
 #include "tenant_groups.hpp"
+
+namespace tf = tenferro;
 
 namespace embedding_search {
 
@@ -18,162 +20,56 @@ tl::unexpected<field_error> reject(std::string field, std::string message) {
     return tl::unexpected(field_error{std::move(field), std::move(message)});
 }
 
-// simdjson refuses a whole document when one number in it is beyond double
-// range (1e400) or an integer beyond 64 bits (100000000000000000000, which is
-// 1e20, a fine f32): the client would be told "malformed JSON" about `body`
-// instead of which element is out of range. So when the first parse fails that
-// way, the body is parsed again with every number replaced by its ordinal
-// (0, 1, 2, ...); the structure is then validated by simdjson as before, and
-// each number is converted from its own text here.
-
-/// The JSON number grammar (RFC 8259 §6): -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?
-bool is_json_number(std::string_view t) {
-    std::size_t i = 0;
-    const auto digits = [&] {
-        const std::size_t start = i;
-        while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
-        return i > start;
-    };
-    if (i < t.size() && t[i] == '-') ++i;
-    if (i < t.size() && t[i] == '0') {
-        ++i;
-    } else if (!digits()) {
-        return false;
-    }
-    if (i < t.size() && t[i] == '.') {
-        ++i;
-        if (!digits()) return false;
-    }
-    if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
-        ++i;
-        if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
-        if (!digits()) return false;
-    }
-    return i == t.size();
-}
-
-/// A JSON number's value as a double: +-inf beyond the double range, 0 (or a
-/// subnormal) below it; nullopt when the text is not a JSON number.
-std::optional<double> json_number_value(std::string_view t) {
-    if (!is_json_number(t)) return std::nullopt;
-    double v = 0.0;
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec == std::errc() && end == t.data() + t.size()) return v;
-    // Out of range: overflow if the decimal exponent of the leading significant
-    // digit is positive, underflow otherwise.
-    const bool negative = t.front() == '-';
-    const std::size_t exp_at = t.find_first_of("eE");
-    const std::string_view mantissa = t.substr(negative ? 1 : 0, exp_at - (negative ? 1 : 0));
-    long long exponent = 0;
-    if (exp_at != std::string_view::npos) {
-        std::string_view e = t.substr(exp_at + 1);
-        const bool e_negative = !e.empty() && e.front() == '-';
-        if (!e.empty() && (e.front() == '+' || e.front() == '-')) e.remove_prefix(1);
-        for (const char c : e) exponent = std::min(exponent * 10 + (c - '0'), 1'000'000'000LL);
-        if (e_negative) exponent = -exponent;
-    }
-    const std::size_t point = std::min(mantissa.find('.'), mantissa.size());
-    const std::size_t first = mantissa.find_first_of("123456789");
-    long long order = exponent;
-    if (first != std::string_view::npos)
-        order += first < point ? (long long)(point - first) : -(long long)(first - point);
-    const double magnitude = order > 0 ? HUGE_VAL : 0.0;
-    return negative ? -magnitude : magnitude;
-}
-
-/// `body` with every number (outside strings) replaced by its ordinal; the
-/// numbers' texts go to `numbers`. nullopt when a number-like token is not a
-/// JSON number.
-std::optional<std::string> number_ordinals(std::string_view body, std::vector<std::string_view>& numbers) {
-    std::string out;
-    out.reserve(body.size());
-    bool in_string = false;
-    for (std::size_t i = 0; i < body.size();) {
-        const char c = body[i];
-        if (in_string) {
-            out += c;
-            if (c == '\\' && i + 1 < body.size()) {
-                out += body[i + 1];
-                i += 2;
-                continue;
+/// `"filter": {"labels": [...], "ids": [...]}`, either or both (contract section 10).
+tl::expected<tf::row_filter, field_error> parse_filter(simdjson::dom::element e, const number_reader& numbers) {
+    const std::string expected =
+        "expected an object with \"labels\" (an array of labels), \"ids\" (an array of ids), or both";
+    simdjson::dom::object object;
+    if (e.get_object().get(object)) return reject("filter", expected);
+    tf::row_filter f;
+    for (const auto field : object) {
+        const std::string_view key = field.key;
+        simdjson::dom::array array;
+        if (key != "labels" && key != "ids") {
+            std::string message = "unknown member \"";
+            message.append(key.substr(0, 64)).append("\": ").append(expected);
+            return reject("filter", std::move(message));
+        }
+        if (field.value.get_array().get(array))
+            return reject("filter", std::string(key == "ids" ? "\"ids\"" : "\"labels\"") + " is not an array: " + expected);
+        std::size_t i = 0;
+        if (key == "labels") {
+            f.labels.emplace();
+            for (const simdjson::dom::element x : array) {
+                const auto v = numbers.unsigned_integer(x);
+                if (!v || *v > 0xFFFFFFFFu)
+                    return reject("filter.labels[" + std::to_string(i) + "]",
+                                  "expected a label: an integer in [0, 4294967295]");
+                f.labels->push_back(static_cast<tf::row_label>(*v));
+                ++i;
             }
-            if (c == '"') in_string = false;
-            ++i;
-        } else if (c == '"') {
-            in_string = true;
-            out += c;
-            ++i;
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            std::size_t end = i + 1;
-            while (end < body.size() && std::string_view("0123456789.eE+-").find(body[end]) != std::string_view::npos)
-                ++end;
-            const std::string_view token = body.substr(i, end - i);
-            if (!is_json_number(token)) return std::nullopt;
-            out += std::to_string(numbers.size());
-            numbers.push_back(token);
-            i = end;
         } else {
-            out += c;
-            ++i;
+            f.ids.emplace();
+            for (const simdjson::dom::element x : array) {
+                const auto v = numbers.unsigned_integer(x);
+                if (!v)
+                    return reject("filter.ids[" + std::to_string(i) + "]",
+                                  "expected an id: an integer in [0, 18446744073709551615]");
+                f.ids->push_back(*v);
+                ++i;
+            }
         }
     }
-    return out;
+    return f;
 }
-
-/// Reads numbers from the parsed document: simdjson's values, or (after
-/// `number_ordinals`) the ordinal's text converted here.
-struct number_reader {
-    const std::vector<std::string_view>* numbers = nullptr;  // null: simdjson's own values
-
-    /// The element's value; nullopt when it is not a number.
-    std::optional<double> real(simdjson::dom::element e) const {
-        if (!numbers) {
-            double v = 0.0;
-            if (e.get_double().get(v)) return std::nullopt;
-            return v;
-        }
-        std::uint64_t ordinal = 0;
-        if (e.get_uint64().get(ordinal) || ordinal >= numbers->size()) return std::nullopt;
-        return json_number_value((*numbers)[ordinal]);
-    }
-    /// The element as an integer; nullopt when it is not an integer that fits
-    /// in 64 bits (a fraction, an exponent, another type).
-    std::optional<std::int64_t> integer(simdjson::dom::element e) const {
-        std::int64_t v = 0;
-        if (!numbers) {
-            if (e.get_int64().get(v)) return std::nullopt;
-            return v;
-        }
-        std::uint64_t ordinal = 0;
-        if (e.get_uint64().get(ordinal) || ordinal >= numbers->size()) return std::nullopt;
-        const std::string_view t = (*numbers)[ordinal];
-        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-        if (ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
-        return v;
-    }
-};
 
 }  // namespace
 
 tl::expected<search_query, field_error> parse_search_request(std::string_view body, const search_limits& limits) {
-    // One parser per thread: its buffers are reused from request to request, and
-    // nothing parsed outlives this call (the values are copied out below).
-    thread_local simdjson::dom::parser parser;
-
-    simdjson::dom::element doc;
-    number_reader numbers;
-    std::vector<std::string_view> number_texts;
-    std::string with_ordinals;
-    if (auto err = parser.parse(body.data(), body.size()).get(doc); err) {
-        if (err == simdjson::NUMBER_ERROR) {  // also what simdjson 3.0 reports for integers beyond 64 bits
-            if (auto replaced = number_ordinals(body, number_texts)) {
-                with_ordinals = std::move(*replaced);
-                err = parser.parse(with_ordinals.data(), with_ordinals.size()).get(doc);
-                numbers.numbers = &number_texts;
-            }
-        }
-        if (err) return reject("body", std::string("malformed JSON: ") + simdjson::error_message(err));
-    }
+    parsed_body parsed;
+    if (auto problem = parse_body(body, parsed)) return reject("body", *problem);
+    const simdjson::dom::element doc = parsed.doc;
+    const number_reader& numbers = parsed.numbers;
     simdjson::dom::object object;
     if (doc.get_object().get(object)) return reject("body", "expected a JSON object");
 
@@ -230,6 +126,13 @@ tl::expected<search_query, field_error> parse_search_request(std::string_view bo
             return reject("timeout_ms", parsed ? std::to_string(*parsed) + " is out of range: " + expected : expected);
         }
         q.timeout_ms = *parsed;
+    }
+
+    simdjson::dom::element filter_element;
+    if (const auto err = object["filter"].get(filter_element); err != simdjson::NO_SUCH_FIELD) {
+        auto filter = parse_filter(filter_element, numbers);
+        if (!filter) return tl::unexpected(std::move(filter.error()));
+        q.filter = std::move(*filter);
     }
     return q;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The body of `POST /v1/search`: `{"vector": [D numbers], "k": 10,
-// "timeout_ms": 250}` ("k" and "timeout_ms" optional), validated field by field
+// "timeout_ms": 250, "filter": {"labels": [3], "ids": [17]}}` (all but "vector" optional), validated field by field
 // so that a 400 response can name what was wrong.
 
 #include <cstdint>
@@ -8,6 +8,9 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
+#include <tenferro/live_corpus.hpp>
 #include <tl/expected.hpp>
 
 namespace embedding_search {
@@ -27,6 +30,8 @@ struct search_query {
     /// Milliseconds from the request's arrival to its deadline, in [0, one
     /// day] (0: already due, answered deadline_exceeded); -1: none given.
     std::int64_t timeout_ms = -1;
+    /// `"filter"`: the rows it may return (labels any-of, an id allow-list, or both).
+    std::optional<tenferro::row_filter> filter;
 };
 
 struct search_limits {

@@ -11,6 +11,7 @@
 #include "http_server.hpp"
 #include "json_writer.hpp"
 #include "metrics_page.hpp"
+#include "vector_requests.hpp"
 
 namespace tf = tenferro;
 using clock_type = std::chrono::steady_clock;
@@ -78,6 +79,38 @@ asio::awaitable<http_response> search_routes::handle(const http_request& request
             co_return r;
         }
         r = co_await handle_search(request, received, gone);
+        co_return r;
+    }
+    if (path == "/v1/vectors") {
+        if (method != "PUT" && method != "DELETE") {
+            r.status = 405;
+            r.allow = "PUT, DELETE";
+            r.body = error_body("method", "use PUT (upsert) or DELETE (erase) for /v1/vectors");
+            co_return r;
+        }
+        r = co_await handle_write(request);
+        co_return r;
+    }
+    if (path.starts_with("/v1/vectors/")) {
+        if (method != "GET") {
+            r.status = 405;
+            r.allow = "GET";
+            r.body = error_body("method", "use GET for " + std::string(path.substr(0, 64)));
+            co_return r;
+        }
+        const std::optional<tf::row_id> id = parse_row_id(path.substr(std::string_view("/v1/vectors/").size()));
+        if (!id) {
+            r.status = 400;
+            r.body = error_body("id", "expected an id: an integer in [0, 18446744073709551615]");
+            co_return r;
+        }
+        std::optional<tf::stored_row> row = engine_.corpus().get(*id);
+        if (!row) {
+            r.status = 404;
+            r.body = error_body("id", "no row has id " + std::to_string(*id));
+            co_return r;
+        }
+        r.body = render_row(*row);
         co_return r;
     }
     if (path == "/metrics") {
@@ -151,9 +184,8 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
     case search_status::ok: {
         json_writer w;
         w.begin_object().key("results").begin_array();
-        for (const search_hit& h : out.hits)
-            w.begin_object().field("index", h.index).field("score", h.score).end_object();
-        w.end_array().end_object();
+        for (const search_hit& h : out.hits) w.begin_object().field("id", h.id).field("score", h.score).end_object();
+        w.end_array().field("seq", out.seq).end_object();
         r.body = w.take();
         r.body += '\n';
         const auto took = clock_type::now() - received;
@@ -193,6 +225,58 @@ asio::awaitable<http_response> search_routes::handle_search(const http_request& 
     co_return r;
 }
 
+asio::awaitable<http_response> search_routes::handle_write(const http_request& request) {
+    http_response r;
+    const bool upsert = request.method == "PUT";
+    tf::corpus_write w;
+    if (upsert) {
+        auto parsed = parse_upsert_request(request.body, engine_.dim());
+        if (!parsed) {
+            r.status = 400;
+            r.body = render_field_error(parsed.error()) + '\n';
+            co_return r;
+        }
+        w = std::move(*parsed);
+    } else {
+        auto parsed = parse_delete_request(request.body);
+        if (!parsed) {
+            r.status = 400;
+            r.body = render_field_error(parsed.error()) + '\n';
+            co_return r;
+        }
+        for (const tf::row_id id : *parsed) w.erase(id);
+    }
+    const tf::write_result result = co_await engine_.write(std::move(w));
+    if (!result) {
+        if (result.error.category() == tf::corpus_category()) {
+            // The request's own parse refuses everything the corpus would: this is a bug, but the
+            // client still learns which item.
+            r.status = 400;
+            r.body = render_field_error(
+                         {(upsert ? "vectors[" : "ids[") + std::to_string(result.item) + "]", result.error.message()}) +
+                     '\n';
+        } else {
+            // The disk failed (contract L7): nothing was applied.
+            r.status = 507;
+            json_writer e;
+            e.begin_object().key("error").begin_object();
+            e.field("code", "storage").field("message", "the write was not applied: " + result.error.message());
+            e.end_object().end_object();
+            r.body = e.take() + '\n';
+        }
+        co_return r;
+    }
+    json_writer ok;
+    ok.begin_object();
+    if (upsert)
+        ok.field("upserted", std::uint64_t(result.upserted));
+    else
+        ok.field("deleted", std::uint64_t(result.erased));
+    ok.field("seq", result.seq).end_object();
+    r.body = ok.take() + '\n';
+    co_return r;
+}
+
 std::string search_routes::stats_json() const {
     const server_snapshot s = server_.snapshot();
     const engine_snapshot e = engine_.snapshot();
@@ -204,7 +288,20 @@ std::string search_routes::stats_json() const {
     w.begin_object();
     w.field("uptime_s", s.uptime_seconds);
     w.field("mode", engine_.options().inline_compute ? "inline" : "tenferro");
-    w.key("corpus").begin_object().field("rows", engine_.rows()).field("dim", engine_.dim()).end_object();
+    // The live corpus (contract section 10): its rows, sequence number, segments, the rows awaiting
+    // compaction, its log, compactions and the searches' counters.
+    w.key("corpus").begin_object();
+    w.field("rows", e.corpus.rows).field("dim", engine_.dim()).field("seq", e.corpus.seq);
+    w.field("segments", e.corpus.segments).field("stored_rows", e.corpus.stored_rows);
+    w.field("awaiting_compaction", e.corpus.uncompacted_rows + (e.corpus.stored_rows - e.corpus.rows));
+    w.field("bytes", e.corpus.bytes).field("log_bytes", e.corpus.log_bytes).field("writes", e.corpus.writes);
+    w.field("compactions", e.corpus.compactions).field("compactions_failed", e.compactions_failed);
+    w.key("search").begin_object();
+    w.field("queries", e.corpus.queries).field("filtered", e.corpus.filtered_queries);
+    w.field("first_pass", e.corpus.first_pass).field("fallback", e.corpus.fallback);
+    w.field("rows_scored", e.corpus.rows_scored);
+    w.end_object();
+    w.end_object();
     w.key("requests").begin_object();
     w.field("total", s.requests).field("keepalive_reused", s.keepalive_reused);
     w.key("responses").begin_object();
@@ -277,15 +374,6 @@ std::string search_routes::stats_json() const {
     w.key("runtime_cache").begin_object();
     w.field("entries", cache.entries).field("retained_bytes", cache.retained_bytes);
     w.field("hits", cache.hits).field("misses", cache.misses).field("evictions", cache.evictions);
-    w.end_object();
-    // The exact search's first pass (docs/design/exact-search-first-pass.md): how many queries it
-    // answered, how many took the f32 path, and how many corpus rows it re-ranked per query.
-    const tf::search_stats search = cpu.default_cache().search_stats();
-    w.key("search").begin_object();
-    w.field("queries", search.queries).field("first_pass", search.first_pass).field("fallback", search.fallback);
-    w.field("reranked", search.reranked);
-    w.field("reranked_per_query", search.first_pass ? double(search.reranked) / double(search.first_pass) : 0.0);
-    w.field("copy_too_large", search.copy_too_large);
     w.end_object();
     w.key("buffer_pool").begin_object();
     w.field("capacity_bytes", pool.capacity_bytes).field("retained_bytes", pool.retained_bytes);

@@ -48,6 +48,8 @@ public:
     histogram_snapshot group_latency(std::size_t group) const { return group_latency_.at(group)->snapshot(); }
 
 private:
+    /// PUT or DELETE /v1/vectors.
+    asio::awaitable<http_response> handle_write(const http_request& request);
     asio::awaitable<http_response> handle_search(const http_request& request,
                                                  std::chrono::steady_clock::time_point received,
                                                  asio::cancellation_slot gone);

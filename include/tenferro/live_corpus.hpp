@@ -253,7 +253,7 @@ public:
     /// Merges the segments into one sorted by id, without the rows no snapshot taken from now
     /// on can see, with its bf16 copy: run it inside a session (of a group of its own, L8).
     /// Searches and writes proceed meanwhile; a stop (S20) abandons it with nothing changed.
-    /// Returns false when there was nothing to merge.
+    /// Returns false when there was nothing to merge, or another compaction was running.
     bool compact(backend_session& s);
     /// The same on the calling thread, outside any session (not stoppable): for setting a corpus
     /// up before it serves.

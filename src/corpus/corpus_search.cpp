@@ -231,6 +231,9 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
     corpus_hits out;
     out.seq = v->seq;
     out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
+    // Fewer rows than k: all of them (L4). The heaps are sized by what can fill them, never by a
+    // k the snapshot cannot reach (a k of 2^62 would otherwise overflow queries x k).
+    k = std::min(k, v->live_rows);
     if (m == 0 || k == 0) return out;
     const auto um = static_cast<std::size_t>(m);
     const auto uk = static_cast<std::size_t>(k);

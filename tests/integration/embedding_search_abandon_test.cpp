@@ -144,7 +144,7 @@ TEST_CASE("a client that closes while its query waits: the query leaves the queu
     // The server serves on, and /metrics says what happened.
     const http_reply again = f.call(search_request(q, 5));
     CHECK(again.status == 200);
-    CHECK(hits_of(again.body).at(0).index == 321);
+    CHECK(hits_of(again.body).at(0).id == 321);
     const std::string metrics = f.call(make_request("GET", "/metrics")).body;
     CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"waiting\"} 1\n"));
     CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"taken\"} 0\n"));
@@ -190,7 +190,7 @@ TEST_CASE("a batch whose every client closed stops inside its body (B7)", "[embe
     CHECK(contains(metrics, "tenferro_search_abandoned_total{stage=\"taken\"} 2\n"));
     CHECK(contains(metrics, "tenferro_admission_stopped_total{host=\"cpu\"} 1\n"));
     // The next batch computes as usual.
-    CHECK(hits_of(f.call(search_request(query_near_row(corpus, 30, 0.3, 3), 3)).body).at(0).index == 30);
+    CHECK(hits_of(f.call(search_request(query_near_row(corpus, 30, 0.3, 3), 3)).body).at(0).id == 30);
 }
 
 TEST_CASE("a batch with one client still waiting runs on, and answers it", "[embedding_search][abandon]") {
@@ -211,7 +211,7 @@ TEST_CASE("a batch with one client still waiting runs on, and answers it", "[emb
 
     const auto [status, body] = b.receive();
     CHECK(status == 200);
-    CHECK(hits_of(body).at(0).index == 20);
+    CHECK(hits_of(body).at(0).id == 20);
     CHECK_FALSE(gate.stop_seen);
     CHECK(eventually([&] { return f.engine.snapshot().abandoned_taken == 1; }));
     const engine_snapshot s = f.engine.snapshot();
@@ -241,11 +241,11 @@ TEST_CASE("bytes pipelined while a query waits are kept for the next requests", 
     const auto [s2, b2] = c.receive();
     const auto [s3, b3] = c.receive();
     CHECK(s1 == 200);
-    CHECK(hits_of(b1).at(0).index == 77);
+    CHECK(hits_of(b1).at(0).id == 77);
     CHECK(s2 == 200);
     CHECK(b2 == "{\"status\":\"ok\"}\n");
     CHECK(s3 == 200);
-    CHECK(hits_of(b3).at(0).index == 88);
+    CHECK(hits_of(b3).at(0).id == 88);
     const server_snapshot s = f.server.snapshot();
     CHECK(s.abandoned == 0);
     CHECK(s.requests == 3);
@@ -526,9 +526,9 @@ TEST_CASE("patience: learned from clients that leave; a batch sheds, at once, th
     const auto [status_b, body_b] = b.receive();
     const auto [status_c, body_c] = c.receive();
     CHECK(status_b == 200);
-    CHECK(hits_of(body_b).at(0).index == 20);
+    CHECK(hits_of(body_b).at(0).id == 20);
     CHECK(status_c == 200);
-    CHECK(hits_of(body_c).at(0).index == 30);
+    CHECK(hits_of(body_c).at(0).id == 30);
 
     const engine_snapshot s = engine.snapshot();
     CHECK(s.patience_enabled);
@@ -542,7 +542,7 @@ TEST_CASE("patience: learned from clients that leave; a batch sheds, at once, th
     a.send(search_request(query_near_row(corpus, 40, 0.3, 4), 3));
     const auto [status_a2, body_a2] = a.receive();
     CHECK(status_a2 == 200);
-    CHECK(hits_of(body_a2).at(0).index == 40);
+    CHECK(hits_of(body_a2).at(0).id == 40);
 
     const std::string metrics =
         run_blocking(server_fixture::roundtrip(server.port(), make_request("GET", "/metrics"))).body;

@@ -63,7 +63,7 @@ inline std::vector<search_hit> hits_of(const std::string& body) {
     std::vector<search_hit> hits;
     if (parser.parse(body)["results"].get_array().get(results)) return hits;
     for (const simdjson::dom::element e : results) {
-        hits.push_back({e["index"].get_int64().value(), float(e["score"].get_double().value())});
+        hits.push_back({e["id"].get_uint64().value(), float(e["score"].get_double().value())});
     }
     return hits;
 }
