@@ -36,7 +36,8 @@ tl::expected<tf::row_filter, field_error> parse_filter(simdjson::dom::element e,
             return reject("filter", std::move(message));
         }
         if (field.value.get_array().get(array))
-            return reject("filter", std::string(key == "ids" ? "\"ids\"" : "\"labels\"") + " is not an array: " + expected);
+            return reject("filter",
+                          std::string(key == "ids" ? "\"ids\"" : "\"labels\"") + " is not an array: " + expected);
         std::size_t i = 0;
         if (key == "labels") {
             f.labels.emplace();
