@@ -4,13 +4,14 @@
 // with the f32 GEMM kernel's arithmetic (per element it depends only on the depth and the target,
 // never on where the row lies or which rows are scored with it: kernels/gemm_top_k.hpp):
 //
-// - fused: an unfiltered query over a segment sorted by id in which the snapshot sees every
-//   row (a compacted segment with nothing erased since): the fused kernel of matmul_top_k, with
-//   its bf16 first pass where the segment has the copy and the target the instruction. Its tie
-//   to the lower index is the tie to the lower id there.
-// - together: queries that allow a large part of the segment (unfiltered ones over a segment
-//   with erased rows, and broad filters) are scored as one block, a chunk of rows at a time;
-//   chunks that no query allows are skipped, sparse ones gathered into a dense block first.
+// - fused: a query that allows a large part of a segment sorted by id (a compacted one): the
+//   fused kernel of matmul_top_k, with its bf16 first pass where the segment has the copy and the
+//   target the instruction, and the query's allowed rows as the kernel's column mask (erased
+//   rows, rows its filter excludes: gemm_top_k_operands::allowed). Its tie to the lower index is
+//   the tie to the lower id there.
+// - together: queries that allow a large part of an unsorted segment (a recent one, written in
+//   arrival order) are scored as one block, a chunk of rows at a time; chunks that no query
+//   allows are skipped, sparse ones gathered into a dense block first.
 // - alone: a selective query (below `alone_fraction` of the segment's rows) gathers the rows it
 //   allows and scores only those, so that its cost follows the rows that pass (L5).
 //
@@ -38,6 +39,14 @@ using namespace detail::corpus;
 
 constexpr std::int64_t chunk_rows = 512;  // rows scored per GEMM call ('together', 'alone'); a multiple of 64
 constexpr double alone_fraction = 0.25;   // below it a query takes its own way
+
+}  // namespace
+
+namespace detail::corpus {
+std::atomic<bool> emulate_first_pass{false};
+}  // namespace detail::corpus
+
+namespace {
 
 // matmul_top_k's order: NaN above every number, then the larger score, then the lower id.
 inline bool ranks_above(float a, row_id ia, float b, row_id ib) noexcept {
@@ -283,7 +292,7 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
     std::vector<std::uint64_t> visible, bitmaps, unite;
     std::vector<const std::uint64_t*> allowed;
     std::vector<float> sub_a, sub_vals;
-    std::vector<const std::uint64_t*> together_allowed;
+    std::vector<const std::uint64_t*> together_allowed, fused_allowed;
     std::vector<std::int64_t> sub_idx;
     for (const segment_view& sv : v->segments) {
         const segment& seg = *sv.seg;
@@ -304,22 +313,26 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         alone.clear();
         bitmaps.assign(um * static_cast<std::size_t>(words), 0);
         allowed.assign(um, nullptr);
+        const std::int64_t visible_rows = all_visible ? n : popcount(visible.data(), 0, words);
         for (std::size_t i = 0; i < um; ++i) {
+            std::int64_t pass = visible_rows;
             if (!is_filtered(i)) {
-                if (all_visible && seg.sorted) {
-                    fused.push_back(i);
-                } else {
-                    together.push_back(i);
-                    allowed[i] = all_visible ? nullptr : visible.data();
-                }
-                continue;
+                allowed[i] = all_visible ? nullptr : visible.data();
+            } else {
+                std::uint64_t* bits = bitmaps.data() + i * static_cast<std::size_t>(words);
+                allowed_rows(seg, n, seq, all_visible, qf[i], bits);
+                allowed[i] = bits;
+                pass = popcount(bits, 0, words);
             }
-            std::uint64_t* bits = bitmaps.data() + i * static_cast<std::size_t>(words);
-            allowed_rows(seg, n, seq, all_visible, qf[i], bits);
-            allowed[i] = bits;
-            const std::int64_t pass = popcount(bits, 0, words);
             if (pass == 0) continue;
-            (static_cast<double>(pass) < alone_fraction * static_cast<double>(n) ? alone : together).push_back(i);
+            // A segment sorted by id takes every query that allows a large part of it through the
+            // fused kernel (its mask keeps the other rows out); a selective query goes alone.
+            if (static_cast<double>(pass) < alone_fraction * static_cast<double>(n))
+                alone.push_back(i);
+            else if (seg.sorted)
+                fused.push_back(i);
+            else
+                together.push_back(i);
         }
 
         // Fused: the kernel of matmul_top_k over the whole segment, task 0's heaps.
@@ -349,11 +362,22 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
             op.indices = sub_idx.data();
             op.indices_row_stride = count;
             op.indices_col_stride = 1;
+            fused_allowed.resize(fused.size());
+            bool masked = false;
+            for (std::size_t i = 0; i < fused.size(); ++i) {
+                fused_allowed[i] = allowed[fused[i]];
+                masked = masked || fused_allowed[i] != nullptr;
+            }
+            op.allowed = masked ? fused_allowed.data() : nullptr;
             const kernels::gemm_top_k_plan plan =
                 kernels::plan_gemm_top_k(kernels::gemm_type::f32, mf, n, dim, count, static_cast<int>(s.parallelism()));
-            if (seg.bf16 && kernels::native_first_pass_available() && kernels::first_pass_applies(n, dim, count)) {
+            const bool native = kernels::native_first_pass_available();
+            if (seg.bf16 && (native || emulate_first_pass.load(std::memory_order_relaxed)) &&
+                kernels::first_pass_applies(n, dim, count)) {
                 kernels::search_counters c{};
-                kernels::gemm_top_k_bf16(op, plan, nullptr, seg.bf16.get(), kernels::first_pass::native, &c, runner);
+                kernels::gemm_top_k_bf16(op, plan, nullptr, seg.bf16.get(),
+                                         native ? kernels::first_pass::native : kernels::first_pass::emulated, &c,
+                                         runner);
                 first_pass += static_cast<std::uint64_t>(c.first_pass);
                 fallback += static_cast<std::uint64_t>(c.fallback);
                 ts[0].rows_scored += static_cast<std::uint64_t>(c.reranked);
@@ -366,6 +390,7 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
                 const best_k heap = ts[0].heap(fused[i], k);
                 for (std::int64_t j = 0; j < count; ++j) {
                     const std::size_t at = i * static_cast<std::size_t>(count) + static_cast<std::size_t>(j);
+                    if (sub_idx[at] < 0) break;  // fewer allowed rows than k
                     heap.offer(sub_vals[at], seg.ids[sub_idx[at]]);
                 }
             }

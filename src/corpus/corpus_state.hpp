@@ -143,6 +143,10 @@ struct published_cell {
     static void release(corpus_version* v, bool slow) noexcept;
 };
 
+/// Test seam: the fused path runs the bf16 first pass through its bit-exact emulation where the
+/// target has no native instruction (tests/corpus/: exactness of the pass on every target).
+extern std::atomic<bool> emulate_first_pass;
+
 struct snapshot_access {
     static corpus_version* version(const corpus_snapshot& s) noexcept { return s.version_; }
 };

@@ -1,6 +1,6 @@
 #pragma once
 // The one small interface behind which tenferro's file I/O runs: asynchronous
-// open / statx / read / write / fsync / link / rename, each completing with the
+// open / statx / read / write / fsync / fdatasync / link / rename, each completing with the
 // syscall's result (>= 0) or -errno. Two implementations:
 //
 // - uring_engine (uring_engine.cpp): one io_uring instance shared by the process,
@@ -57,6 +57,9 @@ public:
     virtual void write(io_request& r, int fd, const void* buf, std::uint32_t len, std::uint64_t offset) = 0;
     /// fsync(fd) -> 0.
     virtual void fsync(io_request& r, int fd) = 0;
+    /// fdatasync(fd) -> 0 (the write-ahead log's commit, src/corpus/write_log.cpp). The
+    /// fault shim counts it as io_call::fsync.
+    virtual void fdatasync(io_request& r, int fd) = 0;
     /// linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW) -> 0.
     virtual void link(io_request& r, const char* from, const char* to) = 0;
     /// renameat(AT_FDCWD, from, AT_FDCWD, to) -> 0.

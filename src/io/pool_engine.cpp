@@ -81,6 +81,9 @@ public:
     void fsync(io_request& r, int fd) override {
         run(r, [=] { return boundary_syscall(io_call::fsync, [&](bool) { return ::fsync(fd); }); });
     }
+    void fdatasync(io_request& r, int fd) override {
+        run(r, [=] { return boundary_syscall(io_call::fsync, [&](bool) { return ::fdatasync(fd); }); });
+    }
     void link(io_request& r, const char* from, const char* to) override {
         run(r, [=] {
             return boundary_syscall(io_call::link,

@@ -101,6 +101,11 @@ public:
             r, io_call::fsync, 0, [&](io_uring_sqe* sqe, bool) { io_uring_prep_fsync(sqe, fd, 0); },
             [&](file_engine& pool) { pool.fsync(r, fd); });
     }
+    void fdatasync(io_request& r, int fd) override {
+        submit(
+            r, io_call::fsync, 0, [&](io_uring_sqe* sqe, bool) { io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC); },
+            [&](file_engine& pool) { pool.fdatasync(r, fd); });
+    }
     void link(io_request& r, const char* from, const char* to) override {
         submit(
             r, io_call::link, 0,

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -139,13 +140,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace gd = gemm_detail;
 namespace td = top_k_detail;
 
-// Offers scores[0, cnt) (columns j0 + 0 .. cnt - 1, above every column the row has seen) to `best`.
+// Offers scores[0, cnt) (columns j0 + 0 .. cnt - 1, above every column the row has seen) to `best`;
+// with a `mask` (gemm_top_k_operands::allowed), only the columns it allows.
 template <class T>
-void offer_row(const T* scores, std::int64_t cnt, std::int64_t j0, std::int64_t count, const td::row_best<T>& best) {
+void offer_row(const T* scores, std::int64_t cnt, std::int64_t j0, std::int64_t count, const td::row_best<T>& best,
+               const std::uint64_t* mask) {
     const hn::ScalableTag<T> d;
     constexpr std::int64_t L = static_cast<std::int64_t>(lanes<T>());
+    const auto allowed_at = [&](std::int64_t j) {
+        return mask == nullptr || ((mask[(j0 + j) >> 6] >> ((j0 + j) & 63)) & 1U) != 0;
+    };
     std::int64_t j = 0;
-    for (; *best.held < count && j < cnt; ++j) best.push(scores[j], j0 + j);
+    for (; *best.held < count && j < cnt; ++j)
+        if (allowed_at(j)) best.push(scores[j], j0 + j);
     if (j == cnt) return;
     // Full: a later column enters only by ranking strictly above the worst held value (a tie
     // goes to the held, lower index). Nothing ranks above a NaN there.
@@ -171,11 +178,12 @@ void offer_row(const T* scores, std::int64_t cnt, std::int64_t j0, std::int64_t 
         hn::StoreMaskBits(d, pass, bytes);
         std::uint64_t bits = 0;
         for (int b = 7; b >= 0; --b) bits = (bits << 8) | bytes[b];
+        if (mask != nullptr) bits &= mask_bits(mask, j0 + j, L);
         for (; bits != 0; bits &= bits - 1)
             if (!admit(j + static_cast<std::int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits)))) return;
     }
     for (; j < cnt; ++j)
-        if (!admit(j)) return;
+        if (allowed_at(j) && !admit(j)) return;
 }
 
 template <class T>
@@ -252,7 +260,8 @@ void run_task(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const 
             for (std::int64_t r = 0; r < rows; ++r) {
                 const std::int64_t i = ic + r;
                 offer_row(tile + r * tile_cols, ncols, jc, count,
-                          td::row_best<T>{vals + i * count, ids + i * count, held + i});
+                          td::row_best<T>{vals + i * count, ids + i * count, held + i},
+                          op.allowed != nullptr ? op.allowed[i] : nullptr);
             }
         }
     }
@@ -268,12 +277,21 @@ void gemm_top_k_t(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, co
     if (m <= 0 || count <= 0) return;
     T* values = static_cast<T*>(op.values);
     if (k <= 0) {
-        // Every score is +0 (gemm's C = 0): the first `count` columns, in order.
-        for (std::int64_t i = 0; i < m; ++i)
-            for (std::int64_t j = 0; j < count; ++j) {
-                values[i * op.values_row_stride + j * op.values_col_stride] = T(0);
-                op.indices[i * op.indices_row_stride + j * op.indices_col_stride] = j;
+        // Every score is +0 (gemm's C = 0): the first `count` (allowed) columns, in order.
+        for (std::int64_t i = 0; i < m; ++i) {
+            const std::uint64_t* mask = op.allowed != nullptr ? op.allowed[i] : nullptr;
+            std::int64_t out = 0;
+            for (std::int64_t j = 0; j < n && out < count; ++j) {
+                if (mask != nullptr && ((mask[j >> 6] >> (j & 63)) & 1U) == 0) continue;
+                values[i * op.values_row_stride + out * op.values_col_stride] = T(0);
+                op.indices[i * op.indices_row_stride + out * op.indices_col_stride] = j;
+                ++out;
             }
+            for (; out < count; ++out) {
+                values[i * op.values_row_stride + out * op.values_col_stride] = std::numeric_limits<T>::quiet_NaN();
+                op.indices[i * op.indices_row_stride + out * op.indices_col_stride] = -1;
+            }
+        }
         return;
     }
     constexpr std::int64_t MR = static_cast<std::int64_t>(mr_rows);
@@ -335,6 +353,11 @@ void gemm_top_k_t(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, co
                     pv = v;
                     pi = id;
                 }
+            }
+            if (pick < 0) {  // fewer allowed columns than `count` (gemm_top_k_operands::allowed)
+                vo[out * op.values_col_stride] = std::numeric_limits<T>::quiet_NaN();
+                io[out * op.indices_col_stride] = -1;
+                continue;
             }
             ++at[pick];
             vo[out * op.values_col_stride] = pv;

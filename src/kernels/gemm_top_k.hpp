@@ -37,7 +37,21 @@ struct gemm_top_k_operands {
     std::int64_t values_row_stride = 0, values_col_stride = 0;
     std::int64_t* indices = nullptr;
     std::int64_t indices_row_stride = 0, indices_col_stride = 0;
+    /// Optional: the columns of B each row of A may return (a live corpus's visible rows that pass
+    /// a query's filter). allowed[i] is row i's bitmap (column j: bit j % 64 of word j / 64), or
+    /// null for every column; `allowed` itself null: every column of every row. The other columns
+    /// are scored but never enter the top k. A row with fewer than `count` allowed columns gets all
+    /// of them, then index -1 (value NaN) in its remaining places.
+    const std::uint64_t* const* allowed = nullptr;
 };
+
+/// Bits [start, start + len) of `mask` (len <= 64), bit 0 the column `start`.
+inline std::uint64_t mask_bits(const std::uint64_t* mask, std::int64_t start, std::int64_t len) noexcept {
+    const std::int64_t w = start >> 6, s = start & 63;
+    std::uint64_t bits = mask[w] >> s;
+    if (s != 0 && s + len > 64) bits |= mask[w + 1] << (64 - s);
+    return len >= 64 ? bits : bits & ((std::uint64_t{1} << len) - 1);
+}
 
 struct gemm_top_k_plan {
     /// The GEMM blocking (mr, nr, kc, target) and the packed-B layout; never swapped.

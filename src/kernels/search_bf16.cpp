@@ -267,7 +267,7 @@ void tile_any(const sd::call& c, const std::uint32_t* q, int rows, std::int64_t 
 // each row's interval and compares its upper end with the running threshold; the few rows that
 // reach it are offered one by one.
 void filter_row(const sd::call& c, const sd::query_bound& qb, sd::query_state& st, const float* s, std::int64_t j0,
-                std::int64_t cnt, std::int64_t count) {
+                std::int64_t cnt, std::int64_t count, const std::uint64_t* mask) {
     const hn::ScalableTag<float> d;
     constexpr std::int64_t L = static_cast<std::int64_t>(HWY_LANES(float));
     static_assert(L <= 64);
@@ -294,6 +294,7 @@ void filter_row(const sd::call& c, const sd::query_bound& qb, sd::query_state& s
         for (int b = 7; b >= 0; --b) bits = (bits << 8) | bytes[b];
         const std::int64_t lanes = std::min(L, cnt - j);
         if (lanes < 64) bits &= (std::uint64_t{1} << lanes) - 1;
+        if (mask != nullptr) bits &= mask_bits(mask, j0 + j, lanes);  // rows the query may not return
         for (; bits != 0; bits &= bits - 1) {
             const auto l = static_cast<std::int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits));
             if (up[l] >= t) t = sd::offer(st, count, c.cap, j0 + j + l, lo[l], up[l]);
@@ -316,7 +317,8 @@ void first_pass_task(const sd::call& c, std::int64_t task, std::int64_t jb, std:
             for (int r = 0; r < rows; ++r) {
                 const std::int64_t i = ic + r;
                 if (!c.bounds[i].ok) continue;
-                filter_row(c, c.bounds[i], states[i], tile + r * c.chunk, jc, ncols, count);
+                filter_row(c, c.bounds[i], states[i], tile + r * c.chunk, jc, ncols, count,
+                           c.op->allowed != nullptr ? c.op->allowed[i] : nullptr);
             }
         }
     }
@@ -685,6 +687,9 @@ void search(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const vo
     const auto mb = static_cast<std::int64_t>(back.size());
     std::vector<float> qa(static_cast<std::size_t>(mb * k)), vals(static_cast<std::size_t>(mb * count));
     std::vector<std::int64_t> idx(static_cast<std::size_t>(mb * count));
+    std::vector<const std::uint64_t*> back_allowed;
+    if (op.allowed != nullptr)
+        for (const std::int64_t i : back) back_allowed.push_back(op.allowed[i]);
     for (std::int64_t r = 0; r < mb; ++r)
         for (std::int64_t p = 0; p < k; ++p)
             qa[static_cast<std::size_t>(r * k + p)] =
@@ -700,6 +705,7 @@ void search(const gemm_top_k_operands& op, const gemm_top_k_plan& plan, const vo
     fop.indices = idx.data();
     fop.indices_row_stride = count;
     fop.indices_col_stride = 1;
+    fop.allowed = op.allowed != nullptr ? back_allowed.data() : nullptr;
     const gemm_top_k_plan fplan = plan_gemm_top_k(gemm_type::f32, mb, n, k, count, plan.gemm.tasks_n);
     run_f32(fop, fplan, packed_b, run);
     auto* vo = static_cast<float*>(op.values);

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "corpus/corpus_state.hpp"
 #include "cpu_session_fixture.hpp"
 #include "hwy_targets.hpp"
 #include "kernels/search_bf16.hpp"
@@ -373,4 +374,46 @@ TEST_CASE("a normalising corpus searches unit rows and returns rows as written; 
     REQUIRE(corpus.compact());
     CHECK(corpus.get(2)->vector == std::vector<float>{0, 0.1f, 0});
     check_exact(f.session, corpus.snapshot(), unit, {0.6f, 0.8f, 0}, 3, 2, {});
+}
+
+TEST_CASE("the first pass with masks (erased rows, filters) is exact on every target, native or emulated") {
+    cpu_session_fixture f(2);
+    struct emulate_guard {
+        emulate_guard() { detail::corpus::emulate_first_pass = true; }
+        ~emulate_guard() { detail::corpus::emulate_first_pass = false; }
+    } emulate;
+    tenferro::test::for_each_target([&](const std::string& target) {
+        INFO("target " << target);
+        const std::int64_t dim = 40;
+        std::mt19937_64 rng(17);
+        live_corpus corpus({.dim = dim, .segment_rows = 1000});
+        model rows;
+        corpus_write w;
+        for (row_id id = 0; id < 5000; ++id) {
+            auto v = random_vector(rng, dim);
+            if (id % 11 == 0) v = rows.begin() == rows.end() ? v : rows.begin()->second.v;  // ties
+            const std::vector<row_label> labels{static_cast<row_label>(id % 3)};
+            w.upsert(id, v, labels);
+            rows[id] = {v, labels};
+        }
+        REQUIRE(corpus.apply(w));
+        REQUIRE(corpus.compact(f.session));
+        corpus_write e;  // 5 % erased after the compaction: the compacted segment now masks them
+        for (row_id id = 0; id < 5000; id += 20) {
+            e.erase(id);
+            rows.erase(id);
+        }
+        REQUIRE(corpus.apply(e));
+        const auto queries = random_vector(rng, dim * 4);
+        std::vector<row_filter> filters(4);
+        filters[1].labels = std::vector<row_label>{1, 2};  // two thirds pass: the fused kernel
+        filters[2].labels = std::vector<row_label>{0};     // a third pass: still fused
+        filters[3].ids = std::vector<row_id>{};
+        for (row_id id = 1; id < 5000; id += 3) filters[3].ids->push_back(id);
+        const corpus_stats before = corpus.stats();
+        check_exact(f.session, corpus.snapshot(), rows, queries, dim, 10, filters);
+        check_exact(f.session, corpus.snapshot(), rows, queries, dim, 10, {});
+        const corpus_stats after = corpus.stats();
+        CHECK(after.first_pass + after.fallback - before.first_pass - before.fallback == 8);
+    });
 }
