@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tenferro/asio.hpp"
 #include "tenferro/backend_session.hpp"
 #include "tenferro/detail/base/function_ref.hpp"
 #include "tenferro/tensor.hpp"
@@ -224,25 +225,82 @@ struct live_corpus_options {
     std::int64_t dim = 0;
     /// Rows per appended segment: writes fill one, then start the next.
     std::int64_t segment_rows = 16384;
+    /// A directory that makes the corpus durable (L6): a write completes once it is in a
+    /// write-ahead log there, fdatasync'ed (writes that arrive together are committed together),
+    /// and `checkpoint` writes the rows as .npy files. Constructing the corpus recovers what the
+    /// directory holds, or starts an empty corpus there. Empty: the corpus lives in memory.
+    std::string directory;
     /// Search each row scaled to unit length (cosine similarity for unit queries): element times
     /// 1/‖x‖, both in double, rounded to f32. `get` still returns the row as written, which the
     /// corpus then keeps beside it (4 more bytes per element). A zero vector is refused.
     bool normalize = false;
 };
 
+/// Receives a write's result (`live_corpus::submit`), exactly once.
+class write_completion {
+public:
+    virtual ~write_completion() = default;
+    virtual void complete(write_result r) noexcept = 0;
+};
+
 /// A corpus of rows that change while searches run (contract section 9).
 class live_corpus {
 public:
-    /// An empty corpus in memory. \throws std::invalid_argument for dim <= 0.
+    /// An empty corpus in memory, or (with `options.directory`) the corpus that directory holds,
+    /// recovered: its last checkpoint and every write logged after it, a torn log tail ignored
+    /// (blocking). \throws std::invalid_argument for dim <= 0; std::system_error for a directory
+    /// that cannot be used (an OS error, corpus_errc::dimension_mismatch when it holds a corpus
+    /// of another dimension or normalisation, corpus_errc::corrupt).
     explicit live_corpus(live_corpus_options options);
     ~live_corpus();
     live_corpus(const live_corpus&) = delete;
     live_corpus& operator=(const live_corpus&) = delete;
 
-    /// Applies `w` at once (in memory): validated first (L7: the first offending item is named
-    /// and nothing changes), then visible to every snapshot taken after this returns.
-    /// Allocation failure: throws std::bad_alloc and changes nothing (S19).
+    /// Applies `w`: validated first (L7: the first offending item is named and nothing changes),
+    /// then visible to every snapshot taken after this returns. In memory at once; in a
+    /// directory once it is durable (blocking until then; a disk error: `result.error` is the
+    /// OS error, nothing applied). Allocation failure: throws std::bad_alloc, nothing changed.
     write_result apply(const corpus_write& w);
+
+    /// Applies `w` and calls `done` with the result: in memory at once (inside this call), in a
+    /// directory on an I/O thread of the library once it is durable. Writes submitted while
+    /// others are being committed are committed with the next group (one fdatasync). Results
+    /// arrive in sequence order. \throws std::bad_alloc before anything is queued.
+    void submit(corpus_write w, std::unique_ptr<write_completion> done);
+
+    /// `submit` as an Asio asynchronous operation: completes with `void(write_result)` on the
+    /// handler's associated executor (never inside this call), whose work is tracked meanwhile.
+    /// Not cancellable: a write once submitted is committed or fails.
+    template <class CompletionToken = asio::default_completion_token_t<asio::system_executor>>
+    auto async_apply(corpus_write w, CompletionToken&& token = {}) {
+        return asio::async_initiate<CompletionToken, void(write_result)>(
+            [this](auto handler, corpus_write w) {
+                using handler_type = decltype(handler);
+                struct completion final : write_completion {
+                    handler_type h;
+                    decltype(asio::prefer(asio::get_associated_executor(std::declval<handler_type&>()),
+                                          asio::execution::outstanding_work.tracked)) ex;
+                    explicit completion(handler_type&& hh)
+                        : h(std::move(hh)),
+                          ex(asio::prefer(asio::get_associated_executor(h),
+                                          asio::execution::outstanding_work.tracked)) {}
+                    // The corpus destroys the completion after this call; the handler moves on.
+                    void complete(write_result r) noexcept override {
+                        asio::post(ex, [h = std::move(h), r = std::move(r)]() mutable { std::move(h)(std::move(r)); });
+                    }
+                };
+                auto op = std::make_unique<completion>(std::move(handler));
+                submit(std::move(w), std::unique_ptr<write_completion>(op.release()));
+            },
+            token, std::move(w));
+    }
+
+    /// Writes a checkpoint: every live row, as .npy files replaced atomically, then drops the
+    /// logs it makes redundant. Blocking (writes wait only while the log is switched: the time
+    /// of one group commit); searches and writes go on meanwhile. Nothing to do in memory.
+    std::error_code checkpoint();
+    /// Whether the corpus lives in a directory.
+    bool durable() const noexcept;
 
     /// A snapshot of the current state (L3).
     corpus_snapshot snapshot() const noexcept;
@@ -267,7 +325,11 @@ public:
 
 private:
     struct state;
+    struct log_state;
     bool compact_with(detail::function_ref<void()> check_stop);
+    write_result apply_in_memory(const corpus_write& w);
+    void recover();
+    void on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec, write_completion& done) noexcept;
     std::unique_ptr<state> state_;
 };
 

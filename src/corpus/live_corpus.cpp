@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <unordered_map>
+#include <utility>
 
+#include "corpus/corpus_files.hpp"
 #include "corpus/corpus_state.hpp"
+#include "corpus/write_log.hpp"
 #include "kernels/search_bf16.hpp"
 
 namespace tenferro {
@@ -38,6 +44,9 @@ struct live_corpus::state {
     std::uint64_t writes = 0, compactions = 0;
     bool compacting = false;
 
+    // A durable corpus's log (null in memory).
+    std::unique_ptr<live_corpus::log_state> log;
+
     /// A new version of the current state, allocated (and its list reserved) before a change.
     std::unique_ptr<corpus_version> prepare_version(std::size_t segment_count) const {
         auto v = std::make_unique<corpus_version>();
@@ -53,6 +62,25 @@ struct live_corpus::state {
         v->segments.assign(segments.begin(), segments.end());
         cell->replace(v.release());
     }
+};
+
+// A durable corpus's log (docs/design/live-corpus.md, "Durability"). Lock order: `append`, then
+// the corpus's writer mutex; the log's callbacks take only the writer mutex and `idle_mutex`.
+struct live_corpus::log_state {
+    std::string dir;
+    std::mutex append;  // sequence numbers, appends and log switches
+    std::unique_ptr<detail::corpus::write_log> log;
+    std::uint64_t log_first = 0;  // the first seq the current log's file may hold
+    bool fresh = true;            // the current log has taken no record yet
+
+    std::mutex idle_mutex;
+    std::condition_variable idle;
+    std::size_t outstanding = 0;  // appended, not yet completed
+
+    // A durable write that could not be applied in memory (std::bad_alloc in its callback): the
+    // corpus refuses writes from then on (recovery applies it).
+    std::atomic<bool> poisoned{false};
+    std::mutex checkpointing;
 };
 
 namespace {
@@ -123,16 +151,156 @@ live_corpus::live_corpus(live_corpus_options options) {
     if (options.segment_rows <= 0) throw std::invalid_argument("tenferro::live_corpus: segment_rows must be positive");
     state_ = std::make_unique<state>(options);
     state_->publish(state_->prepare_version(0));
+    if (!options.directory.empty()) recover();
 }
 
 live_corpus::~live_corpus() {
+    // The log first: its destructor waits for the writes in flight, whose callbacks apply them.
+    if (state_->log) state_->log->log.reset();
     // Snapshots still held keep their version (and through it the cell and the segments).
     state_->cell->replace(nullptr);
 }
 
+void live_corpus::recover() {
+    namespace dc = detail::corpus;
+    state& st = *state_;
+    const std::string& dir = st.options.directory;
+    auto fail = [&](std::error_code ec, const std::string& what) {
+        throw std::system_error(ec, "tenferro::live_corpus: " + what + " (" + dir + ")");
+    };
+    bool created = false;
+    if (std::error_code ec = dc::open_identity(dir, {st.options.dim, st.options.normalize}, created))
+        fail(ec, "cannot open the corpus directory");
+
+    // The last checkpoint: its rows, in writes of 16384 rows, then the corpus's seq set to its.
+    dc::checkpoint_info info;
+    if (std::error_code ec = dc::read_checkpoint_info(dir, info)) fail(ec, "cannot read CHECKPOINT");
+    {
+        dc::checkpoint_rows rows;
+        if (std::error_code ec = dc::read_checkpoint(dir, info, st.options.dim, rows))
+            fail(ec, "cannot read checkpoint " + std::to_string(info.seq));
+        const auto n = static_cast<std::int64_t>(rows.ids.size());
+        for (std::int64_t r0 = 0; r0 < n; r0 += 16384) {
+            corpus_write w;
+            for (std::int64_t r = r0; r < std::min(n, r0 + 16384); ++r) {
+                const std::uint32_t b = r == 0 ? 0 : rows.label_ends[static_cast<std::size_t>(r - 1)];
+                const std::uint32_t e = rows.label_ends[static_cast<std::size_t>(r)];
+                w.upsert(rows.ids[static_cast<std::size_t>(r)],
+                         std::span<const float>(rows.values.data() + r * st.options.dim,
+                                                static_cast<std::size_t>(st.options.dim)),
+                         std::span<const row_label>(rows.labels.data() + b, e - b));
+            }
+            if (const write_result r = apply_in_memory(w); !r)
+                fail(make_error_code(corpus_errc::corrupt), "checkpoint rows");
+        }
+        const std::lock_guard lock(st.writer);
+        st.seq = info.seq;
+        st.writes = 0;
+        st.publish(st.prepare_version(st.segments.size()));
+    }
+
+    // Every log in order, the records the checkpoint holds skipped; a gap is corruption (a log is
+    // switched only while no write is in flight, so one log ends where the next begins).
+    std::vector<dc::log_file> logs;
+    if (std::error_code ec = dc::list_logs(dir, logs)) fail(ec, "cannot list the logs");
+    auto lg = std::make_unique<log_state>();
+    lg->dir = dir;
+    std::error_code replay_error;
+    corpus_write w;
+    for (std::size_t i = 0; i < logs.size(); ++i) {
+        std::error_code ec;
+        auto log = dc::write_log::open(
+            logs[i].path,
+            [&](const dc::log_record& rec) {
+                if (replay_error || rec.seq <= st.seq) return;
+                if (rec.seq != st.seq + 1) {
+                    replay_error = make_error_code(corpus_errc::corrupt);
+                    return;
+                }
+                if ((replay_error = dc::decode_write(rec.payload, st.options.dim, w))) return;
+                if (const write_result r = apply_in_memory(w); !r) replay_error = make_error_code(corpus_errc::corrupt);
+            },
+            ec);
+        if (ec) fail(ec, "cannot open the log " + logs[i].path);
+        if (replay_error) fail(replay_error, "log " + logs[i].path + " does not follow the corpus");
+        if (i + 1 == logs.size() && (log->bytes() == 0 || log->next_seq() == st.seq + 1)) {
+            lg->log = std::move(log);
+            lg->log_first = logs[i].first_seq;
+            lg->fresh = lg->log->bytes() == 0;
+        }
+    }
+    if (!lg->log) {
+        std::error_code ec;
+        lg->log = dc::write_log::open(
+            dc::log_path(dir, st.seq + 1), [](const dc::log_record&) {}, ec);
+        if (ec) fail(ec, "cannot create a log");
+        lg->log_first = st.seq + 1;
+        lg->fresh = true;
+    }
+    st.log = std::move(lg);
+}
+
+std::error_code live_corpus::checkpoint() {
+    namespace dc = detail::corpus;
+    state& st = *state_;
+    if (!st.log) return {};
+    log_state& lg = *st.log;
+    const std::lock_guard only(lg.checkpointing);
+
+    // Switch to a new log while none is in flight, so that the old one ends where the new one
+    // begins and every record of the old one is applied.
+    std::uint64_t first = 0;
+    {
+        const std::lock_guard lock(lg.append);
+        {
+            std::unique_lock count(lg.idle_mutex);
+            lg.idle.wait(count, [&] { return lg.outstanding == 0; });
+        }
+        {
+            const std::lock_guard writer(st.writer);
+            first = st.seq + 1;
+        }
+        if (first != lg.log_first || !lg.fresh) {
+            std::error_code ec;
+            auto next = dc::write_log::open(
+                dc::log_path(lg.dir, first), [](const dc::log_record&) {}, ec);
+            if (ec) return ec;
+            std::unique_ptr<dc::write_log> old;
+            {
+                const std::lock_guard writer(st.writer);  // stats() reads the log's size under it
+                old = std::exchange(lg.log, std::move(next));
+            }
+            old.reset();  // idle: its destructor returns at once
+            lg.log_first = first;
+            lg.fresh = true;
+        }
+    }
+
+    // The rows of a snapshot at or after the switch, as written.
+    const corpus_snapshot snap = snapshot();
+    const corpus_version& v = *detail::corpus::snapshot_access::version(snap);
+    dc::checkpoint_rows rows;
+    rows.ids.reserve(static_cast<std::size_t>(v.live_rows));
+    rows.values.reserve(static_cast<std::size_t>(v.live_rows * v.dim));
+    rows.label_ends.reserve(static_cast<std::size_t>(v.live_rows));
+    for (const segment_view& sv : v.segments)
+        for (std::int64_t r = 0; r < sv.rows; ++r) {
+            if (!sv.seg->visible(r, v.seq)) continue;
+            const auto raw = sv.seg->raw_row(r);
+            const auto labels = sv.seg->row_labels(r);
+            rows.values.insert(rows.values.end(), raw.begin(), raw.end());
+            rows.ids.push_back(sv.seg->ids[r]);
+            rows.labels.insert(rows.labels.end(), labels.begin(), labels.end());
+            rows.label_ends.push_back(static_cast<std::uint32_t>(rows.labels.size()));
+        }
+    if (std::error_code ec = dc::write_checkpoint(lg.dir, v.seq, v.dim, rows)) return ec;
+    dc::remove_stale_files(lg.dir, v.seq, first);
+    return {};
+}
+
 std::int64_t live_corpus::dim() const noexcept { return state_->options.dim; }
 
-write_result live_corpus::apply(const corpus_write& w) {
+write_result live_corpus::apply_in_memory(const corpus_write& w) {
     state& st = *state_;
     write_result r = validate(w, st.options.dim, st.options.normalize);
     if (r.error) return r;
@@ -321,6 +489,118 @@ bool live_corpus::compact_with(detail::function_ref<void()> check_stop) {
     return true;
 }
 
+bool live_corpus::durable() const noexcept { return state_->log != nullptr; }
+
+write_result live_corpus::apply(const corpus_write& w) {
+    if (!durable()) return apply_in_memory(w);
+    struct waiter final : write_completion {
+        std::mutex m;
+        std::condition_variable cv;
+        std::optional<write_result> result;
+        void complete(write_result r) noexcept override {
+            const std::lock_guard lock(m);
+            result = std::move(r);
+            cv.notify_all();
+        }
+    };
+    // Owned here, handed to submit as a non-owning completion (it outlives the wait).
+    struct forward final : write_completion {
+        waiter* to;
+        explicit forward(waiter* t) : to(t) {}
+        void complete(write_result r) noexcept override { to->complete(std::move(r)); }
+    };
+    waiter wait;
+    submit(w, std::make_unique<forward>(&wait));
+    std::unique_lock lock(wait.m);
+    wait.cv.wait(lock, [&] { return wait.result.has_value(); });
+    return std::move(*wait.result);
+}
+
+void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done) {
+    state& st = *state_;
+    if (!st.log) {
+        done->complete(apply_in_memory(w));
+        return;
+    }
+    log_state& lg = *st.log;
+    write_result refused = validate(w, st.options.dim, st.options.normalize);
+    if (!refused.error && lg.poisoned.load(std::memory_order_acquire))
+        refused.error = std::make_error_code(std::errc::not_enough_memory);
+    if (refused.error) {
+        done->complete(std::move(refused));
+        return;
+    }
+    // Everything that can fail is allocated before the record is queued: its bytes, the
+    // completion that owns the write.
+    const std::vector<std::byte> payload = detail::corpus::encode_write(w);
+    struct logged {
+        live_corpus* corpus;
+        corpus_write w;
+        std::unique_ptr<write_completion> done;
+        std::uint64_t seq;
+    };
+    // `rec` is ours until the log accepts the record; from then on the callback owns it.
+    auto rec = std::make_unique<logged>(logged{this, std::move(w), std::move(done), 0});
+    logged* raw = rec.get();
+    detail::corpus::write_log::done_fn on_durable([raw](std::error_code ec) {
+        const std::unique_ptr<logged> own(raw);
+        own->corpus->on_logged(own->w, own->seq, ec, *own->done);
+    });
+    const std::lock_guard lock(lg.append);
+    {
+        const std::lock_guard count(lg.idle_mutex);
+        ++lg.outstanding;
+    }
+    if (lg.fresh) {
+        const std::lock_guard writer(st.writer);
+        raw->seq = st.seq + 1;
+    } else {
+        raw->seq = lg.log->next_seq();
+    }
+    const std::error_code ec = lg.log->append(raw->seq, payload, std::move(on_durable));
+    if (!ec) {
+        (void)rec.release();  // the callback's now (it may already have run: `raw` is not touched again)
+        lg.fresh = false;
+        return;
+    }
+    // Refused before anything was queued (a log broken by a disk failure, memory): the write
+    // completes with that error, nothing applied.
+    {
+        const std::lock_guard count(lg.idle_mutex);
+        --lg.outstanding;
+        lg.idle.notify_all();
+    }
+    write_result r;
+    r.error = ec;
+    rec->done->complete(std::move(r));
+}
+
+void live_corpus::on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec, write_completion& done) noexcept {
+    state& st = *state_;
+    log_state& lg = *st.log;
+    write_result r;
+    if (ec) {
+        r.error = ec;  // not applied, and never recovered (write_log: failed groups)
+    } else if (lg.poisoned.load(std::memory_order_acquire)) {
+        r.error = std::make_error_code(std::errc::not_enough_memory);
+    } else {
+        try {
+            r = apply_in_memory(w);
+            if (r && r.seq != seq) std::terminate();  // the log and the corpus count writes alike
+        } catch (const std::bad_alloc&) {
+            // Durable but not applied: refuse every later write rather than let the corpus and
+            // its log disagree; reopening the directory applies it.
+            lg.poisoned.store(true, std::memory_order_release);
+            r = write_result{};
+            r.error = std::make_error_code(std::errc::not_enough_memory);
+        }
+    }
+    done.complete(std::move(r));
+    const std::lock_guard count(lg.idle_mutex);
+    --lg.outstanding;
+    lg.idle.notify_all();
+}
+
 corpus_stats live_corpus::stats() const {
     const state& st = *state_;
     corpus_stats out;
@@ -338,6 +618,7 @@ corpus_stats live_corpus::stats() const {
         out.uncompacted_rows = out.stored_rows - largest;
         out.writes = st.writes;
         out.compactions = st.compactions;
+        if (st.log && st.log->log) out.log_bytes = st.log->log->bytes();
     }
     const auto& c = st.cell->counters;
     out.queries = c.queries.load(std::memory_order_relaxed);
