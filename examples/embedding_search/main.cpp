@@ -7,9 +7,11 @@
 #include <unistd.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <new>
@@ -127,9 +129,22 @@ int serve(serve_options o) {
         source.dim = o.generate[1];
     } else if (o.corpus_path.empty() && o.dim == 0) {
         std::fprintf(stderr,
-                     "tenferro-search: give --dim D (an empty corpus), --corpus FILE.npy, or --generate ROWS DIM "
-                     "(see --help)\n");
+                     "tenferro-search: give --dim D (an empty corpus, or DIR's with --data-dir DIR), --corpus "
+                     "FILE.npy, or --generate ROWS DIM (see --help)\n");
         return 2;
+    }
+    // A new directory takes the file's (or the generated) rows; one that holds a corpus serves it.
+    const bool dir_is_new =
+        o.data_dir.empty() || !std::filesystem::exists(std::filesystem::path(o.data_dir) / "CORPUS");
+    if (!dir_is_new && (source.generate || !o.corpus_path.empty())) {
+        std::fprintf(stderr, "tenferro-search: %s already holds a corpus: serving it, not loading %s\n",
+                     o.data_dir.c_str(), source.generate ? "a generated corpus" : o.corpus_path.c_str());
+        source.generate = false;
+        o.corpus_path.clear();
+        if (o.dim == 0) {
+            std::fprintf(stderr, "tenferro-search: give --dim D with --data-dir %s\n", o.data_dir.c_str());
+            return 2;
+        }
     }
 
     const std::size_t io_threads = std::max<std::size_t>(1, o.mode.io_threads);
@@ -154,11 +169,35 @@ int serve(serve_options o) {
         }
         dim = rows.shape()[1];
     }
-    auto corpus = std::make_shared<tf::live_corpus>(tf::live_corpus_options{.dim = dim, .normalize = true});
+    std::shared_ptr<tf::live_corpus> corpus;
+    try {
+        const auto start = std::chrono::steady_clock::now();
+        corpus = std::make_shared<tf::live_corpus>(
+            tf::live_corpus_options{.dim = dim, .directory = o.data_dir, .normalize = true});
+        if (!o.data_dir.empty())
+            std::fprintf(stderr, "tenferro-search: %s: %lld rows at seq %llu, recovered in %.2f s\n",
+                         o.data_dir.c_str(), static_cast<long long>(corpus->snapshot().rows()),
+                         static_cast<unsigned long long>(corpus->snapshot().seq()),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    } catch (const std::system_error& e) {
+        if (e.code() == tf::corpus_errc::dimension_mismatch) {
+            std::fprintf(stderr, "tenferro-search: --dim %lld disagrees with the corpus in %s (%s)\n",
+                         static_cast<long long>(dim), o.data_dir.c_str(), e.what());
+            return 2;
+        }
+        std::fprintf(stderr, "tenferro-search: cannot open the corpus: %s\n", e.what());
+        return 1;
+    }
     if (rows.size() != 0) {
         load_rows(*corpus, rows, 0);
         rows = tf::tensor();  // the corpus holds them now
         corpus->compact();
+        if (const std::error_code ec = corpus->checkpoint()) {
+            std::fprintf(stderr, "tenferro-search: checkpoint of the loaded rows failed: %s\n", ec.message().c_str());
+            return 1;
+        }
+    } else if (corpus->needs_compaction()) {
+        corpus->compact();  // what recovery replayed, merged before serving
     }
 
     // The patience policy learns from clients that leave: a server that does
@@ -253,6 +292,9 @@ int main(int argc, char** argv) {
                    "the vectors' length: serve an empty corpus of this dimension (with "
                    "--corpus or --generate it must agree with theirs)")
         ->check(whole<std::int64_t>(1, 1 << 20));
+    app.add_option("--data-dir", serve_opts.data_dir,
+                   "keep the corpus durable in DIR: recover it (or start an empty one there); every write "
+                   "completes once it is in DIR's write-ahead log");
     app.add_option("--corpus", serve_opts.corpus_path,
                    "rows 0..N-1 of the corpus, from an N x D f32 .npy file (written when generating)");
     app.add_option("--generate", serve_opts.generate, "generate a random corpus of ROWS x DIM unit rows")
@@ -331,6 +373,13 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     demo->add_option("--capacity-duration", demo_opts.capacity_seconds,
                      "--impatient: seconds of the closed-loop run that measures the capacity")
+        ->check(seconds_validator)
+        ->capture_default_str();
+    demo->add_flag("!--no-live", demo_opts.live,
+                   "skip the live phase (searches alone, then with writers changing the corpus, checked against "
+                   "a brute force)");
+    demo->add_option("--live-seconds", demo_opts.live_seconds,
+                     "seconds of the live phase's load: half searches alone, half with writers")
         ->check(seconds_validator)
         ->capture_default_str();
 

@@ -291,6 +291,9 @@ std::string render_metrics(search_engine& engine, const server_snapshot& s) {
     corpus_gauge("tenferro_corpus_compactions_total", "counter", "Compactions installed.", double(c.compactions));
     corpus_gauge("tenferro_corpus_compactions_failed_total", "counter", "Compaction sessions that did not finish.",
                  double(e.compactions_failed));
+    corpus_gauge("tenferro_corpus_checkpoints_total", "counter", "Checkpoints written.", double(e.checkpoints));
+    corpus_gauge("tenferro_corpus_checkpoints_failed_total", "counter", "Checkpoints that failed.",
+                 double(e.checkpoints_failed));
     corpus_gauge("tenferro_corpus_queries_total", "counter", "Queries searched.", double(c.queries));
     corpus_gauge("tenferro_corpus_filtered_queries_total", "counter", "Queries with a filter.",
                  double(c.filtered_queries));

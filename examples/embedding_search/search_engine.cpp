@@ -152,12 +152,38 @@ search_engine::search_engine(tf::cpu_backend& cpu, std::shared_ptr<tf::live_corp
 
 search_engine::~search_engine() {
     batchers_.clear();  // before the counters their bodies use
+    if (checkpointer_.joinable()) checkpointer_.join();
 }
 
 asio::awaitable<tf::write_result> search_engine::write(tf::corpus_write w) {
-    tf::write_result r = corpus_->apply(w);
-    if (r) compact_if_due(co_await asio::this_coro::executor);
+    // Durable: completes once in the log (fdatasync'ed; writes that arrive together share one)
+    // and visible. In memory: at once.
+    tf::write_result r = co_await corpus_->async_apply(std::move(w), asio::use_awaitable);
+    if (r) {
+        compact_if_due(co_await asio::this_coro::executor);
+        checkpoint_if_due();
+    }
     co_return r;
+}
+
+void search_engine::checkpoint_if_due() {
+    if (!corpus_->durable() || checkpointing_.load(std::memory_order_relaxed)) return;
+    const tf::corpus_stats c = corpus_->stats();
+    if (c.log_bytes < std::max<std::uint64_t>(options_.checkpoint_log_bytes, c.bytes / 2)) return;
+    if (checkpointing_.exchange(true, std::memory_order_acq_rel)) return;
+    // A checkpoint writes the whole corpus: on a thread of its own, never an I/O thread.
+    if (checkpointer_.joinable()) checkpointer_.join();
+    checkpointer_ = std::thread([this] {
+        const std::error_code ec = corpus_->checkpoint();
+        if (ec) {
+            checkpoints_failed_.fetch_add(1, std::memory_order_relaxed);
+            std::fprintf(stderr, "tenferro-search: checkpoint failed: %s (the log keeps every write)\n",
+                         ec.message().c_str());
+        } else {
+            checkpoints_.fetch_add(1, std::memory_order_relaxed);
+        }
+        checkpointing_.store(false, std::memory_order_release);
+    });
 }
 
 void search_engine::compact_if_due(asio::any_io_executor ex) {
@@ -618,6 +644,8 @@ engine_snapshot search_engine::snapshot() const {
     s.corpus = corpus_->stats();
     s.compactions_started = compactions_started_.load(std::memory_order_relaxed);
     s.compactions_failed = compactions_failed_.load(std::memory_order_relaxed);
+    s.checkpoints = checkpoints_.load(std::memory_order_relaxed);
+    s.checkpoints_failed = checkpoints_failed_.load(std::memory_order_relaxed);
     return s;
 }
 

@@ -44,6 +44,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
@@ -98,6 +99,9 @@ struct engine_options {
     /// Compaction starts once the rows outside the compacted segment and the
     /// erased rows still stored reach max(compaction_min_rows, live rows / 8).
     std::int64_t compaction_min_rows = 4096;
+    /// A durable corpus writes a checkpoint (on a thread of its own) once its log
+    /// holds max(checkpoint_log_bytes, half the corpus's bytes).
+    std::uint64_t checkpoint_log_bytes = std::uint64_t{256} << 20;
 };
 
 /// How one run of the server is set up.
@@ -204,6 +208,7 @@ struct engine_snapshot {
     std::vector<group_snapshot> groups;  ///< one per search group of the host
     tenferro::corpus_stats corpus;       ///< the live corpus's own counters
     std::uint64_t compactions_started = 0, compactions_failed = 0;
+    std::uint64_t checkpoints = 0, checkpoints_failed = 0;
     /// The patience policy: on or not; taken queries it answered 503 instead
     /// of computing; close ages recorded; the learned patience (0: not yet
     /// known) and the batch cost model (fixed + per query, 0: not yet known).
@@ -259,6 +264,8 @@ public:
     /// A compaction, when one is due and none runs: a session of one permit in
     /// the compaction group, spawned on `ex` (detached; counted).
     void compact_if_due(asio::any_io_executor ex);
+    /// A checkpoint of a durable corpus, when its log has grown enough and none runs.
+    void checkpoint_if_due();
 
     std::int64_t rows() const noexcept { return corpus_->snapshot().rows(); }
     std::int64_t dim() const noexcept { return corpus_->dim(); }
@@ -329,6 +336,9 @@ private:
     std::shared_ptr<tenferro::live_corpus> corpus_;
     std::atomic<bool> compacting_{false};
     std::atomic<std::uint64_t> compactions_started_{0}, compactions_failed_{0};
+    std::atomic<bool> checkpointing_{false};
+    std::atomic<std::uint64_t> checkpoints_{0}, checkpoints_failed_{0};
+    std::thread checkpointer_;
     engine_options options_;
     std::shared_ptr<permit_usage_observer> usage_;
 

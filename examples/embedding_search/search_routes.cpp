@@ -296,6 +296,7 @@ std::string search_routes::stats_json() const {
     w.field("awaiting_compaction", e.corpus.uncompacted_rows + (e.corpus.stored_rows - e.corpus.rows));
     w.field("bytes", e.corpus.bytes).field("log_bytes", e.corpus.log_bytes).field("writes", e.corpus.writes);
     w.field("compactions", e.corpus.compactions).field("compactions_failed", e.compactions_failed);
+    w.field("checkpoints", e.checkpoints).field("checkpoints_failed", e.checkpoints_failed);
     w.key("search").begin_object();
     w.field("queries", e.corpus.queries).field("filtered", e.corpus.filtered_queries);
     w.field("first_pass", e.corpus.first_pass).field("fallback", e.corpus.fallback);

@@ -3,9 +3,13 @@
 // the rows, every new error naming its field, compaction in its own group never changing an
 // answer, and writers and searchers at once (read your writes, no partial write seen).
 
+#include <unistd.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -15,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/embedding_search_fixture.hpp"
+#include "io/io_testing.hpp"
 #include "json_writer.hpp"
 
 using namespace embedding_search;
@@ -379,4 +384,172 @@ TEST_CASE("writers and searchers at once: each write whole or absent, read your 
     CHECK(failed.load() == 0);
     CHECK(partial.load() == 0);
     CHECK(stale.load() == 0);
+}
+
+namespace {
+
+// tenferro-search run as a user would, on an ephemeral port read from its first line.
+struct server_process {
+    pid_t pid = -1;
+    std::uint16_t port = 0;
+
+    server_process(const char* binary, const std::vector<std::string>& args) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        pid = ::fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            ::dup2(fds[1], 1);
+            ::close(fds[0]);
+            ::close(fds[1]);
+            std::vector<char*> argv{const_cast<char*>(binary)};
+            for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            ::execv(binary, argv.data());
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        std::string out;
+        char c = 0;
+        while (out.find('\n') == std::string::npos && ::read(fds[0], &c, 1) == 1) out += c;
+        ::close(fds[0]);
+        const std::string marker = "http://127.0.0.1:";
+        const std::size_t at = out.find(marker);
+        INFO(out);
+        REQUIRE(at != std::string::npos);
+        port = static_cast<std::uint16_t>(std::stoi(out.substr(at + marker.size())));
+    }
+    void kill9() {
+        if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+            pid = -1;
+        }
+    }
+    ~server_process() {
+        if (pid > 0) {
+            ::kill(pid, SIGTERM);
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+        }
+    }
+    http_reply call(const std::string& request) const { return run_blocking(server_fixture::roundtrip(port, request)); }
+};
+
+}  // namespace
+
+TEST_CASE("kill -9 during writes: every acknowledged write is there after a restart, every other whole or absent",
+          "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    char tmpl[] = "/tmp/tenferro-live-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    const std::string dir = tmpl;
+    const std::vector<std::string> args = {"--dim", std::to_string(dim), "--data-dir", dir, "--port", "0"};
+    // Write w upserts ids 3w, 3w + 1, 3w + 2, their vectors marking w.
+    auto write_of = [](std::uint64_t w) {
+        std::vector<std::pair<std::uint64_t, model_row>> put;
+        for (std::uint64_t j = 0; j < 3; ++j) put.push_back({3 * w + j, {{float(w), float(j), 1, 0, 0, 0, 0, 0}, {}}});
+        return put;
+    };
+    std::uint64_t next = 0;
+    std::vector<bool> acked;
+    std::mt19937_64 rng(3);
+    for (int round = 0; round < 3; ++round) {
+        server_process server(binary, args);
+        std::atomic<std::uint64_t> issued{next};
+        std::atomic<int> done_writes{0};
+        std::vector<std::vector<std::uint64_t>> acks(3);
+        std::vector<std::thread> writers;
+        std::atomic<bool> stop{false};
+        for (int t = 0; t < 3; ++t)
+            writers.emplace_back([&, t] {
+                while (!stop.load()) {
+                    const std::uint64_t w = issued.fetch_add(1);
+                    http_reply r;
+                    try {
+                        r = server.call(make_request("PUT", "/v1/vectors", upsert_body(write_of(w))));
+                    } catch (...) {
+                        return;  // the server is gone
+                    }
+                    if (r.status == 200) acks[static_cast<std::size_t>(t)].push_back(w);
+                    done_writes.fetch_add(1);
+                }
+            });
+        const int target = 40 + static_cast<int>(rng() % 80);
+        while (done_writes.load() < target) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        server.kill9();
+        stop = true;
+        for (std::thread& t : writers) t.join();
+        next = issued.load();
+        acked.resize(next, false);
+        for (const auto& list : acks)
+            for (const std::uint64_t w : list) acked[w] = true;
+
+        server_process again(binary, args);
+        int whole = 0, absent = 0, partial = 0, lost = 0;
+        for (std::uint64_t w = 0; w < next; ++w) {
+            int present = 0;
+            for (std::uint64_t j = 0; j < 3; ++j) {
+                const http_reply g = again.call(make_request("GET", "/v1/vectors/" + std::to_string(3 * w + j), ""));
+                if (g.status == 200) {
+                    ++present;
+                    CHECK(g.body.find("\"vector\":[" + std::to_string(w) + "," + std::to_string(j) + ",1,") !=
+                          std::string::npos);
+                }
+            }
+            if (present == 3) ++whole;
+            if (present == 0) ++absent;
+            if (present != 0 && present != 3) ++partial;
+            if (acked[w] && present != 3) ++lost;
+        }
+        INFO("round " << round << ": " << next << " writes issued, " << whole << " whole, " << absent << " absent");
+        CHECK(partial == 0);
+        CHECK(lost == 0);
+        CHECK(whole > 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
+TEST_CASE("a write the disk fails is answered 507 storage, not applied, and the next one succeeds (L7)",
+          "[embedding_search]") {
+    char tmpl[] = "/tmp/tenferro-live-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    {
+        tf::cpu_backend cpu(backend_options_for(live_fixture::mode(), nullptr));
+        auto corpus = std::make_shared<tf::live_corpus>(
+            tf::live_corpus_options{.dim = dim, .directory = tmpl, .normalize = true});
+        search_engine engine(cpu, corpus, engine_options_for(live_fixture::mode()));
+        search_server server(engine, server_fixture::with_port0({}));
+        server.start();
+        auto call = [&](const std::string& r) { return run_blocking(server_fixture::roundtrip(server.port(), r)); };
+        REQUIRE(call(make_request("PUT", "/v1/vectors", upsert_body({{1, {{1, 0, 0, 0, 0, 0, 0, 0}, {}}}}))).status ==
+                200);
+        // The next write's fdatasync fails (the log's first boundary call after the plan is its
+        // write, the second its fdatasync).
+        tenferro::detail::io::set_io_fault_plan({tenferro::detail::io::io_fault::eio, 2, 1});
+        const http_reply failed =
+            call(make_request("PUT", "/v1/vectors", upsert_body({{2, {{0, 1, 0, 0, 0, 0, 0, 0}, {}}}})));
+        tenferro::detail::io::clear_io_fault_plan();
+        CHECK(failed.status == 507);
+        CHECK(failed.body.find("\"code\":\"storage\"") != std::string::npos);
+        CHECK(call(make_request("GET", "/v1/vectors/2", "")).status == 404);
+        const http_reply next =
+            call(make_request("PUT", "/v1/vectors", upsert_body({{3, {{0, 0, 1, 0, 0, 0, 0, 0}, {}}}})));
+        CHECK(next.status == 200);
+        CHECK(field_u64(next.body, "seq") == 2);
+        server.drain();
+        server.wait();
+    }
+    tf::live_corpus again(tf::live_corpus_options{.dim = dim, .directory = tmpl, .normalize = true});
+    CHECK(again.get(1));
+    CHECK_FALSE(again.get(2));
+    CHECK(again.get(3));
+    std::error_code ec;
+    std::filesystem::remove_all(tmpl, ec);
 }
