@@ -92,7 +92,8 @@ std::shared_ptr<tf::live_corpus> corpus_of(const tf::tensor& rows) {
         throw std::invalid_argument("search_engine: the corpus must be a non-empty 2-D f32 tensor, got " +
                                     std::string(tf::to_string(rows.type())) + " " + tf::to_string(rows.shape()));
     }
-    auto corpus = std::make_shared<tf::live_corpus>(tf::live_corpus_options{.dim = rows.shape()[1], .normalize = true});
+    auto corpus = std::make_shared<tf::live_corpus>(
+        tf::live_corpus_options{.dim = rows.shape()[1], .directory = {}, .normalize = true});
     load_rows(*corpus, rows, 0);
     corpus->compact();
     return corpus;

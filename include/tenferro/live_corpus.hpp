@@ -38,6 +38,7 @@
 
 #include "tenferro/asio.hpp"
 #include "tenferro/backend_session.hpp"
+#include "tenferro/detail/async/handoff_retry.hpp"
 #include "tenferro/detail/base/function_ref.hpp"
 #include "tenferro/tensor.hpp"
 
@@ -240,7 +241,14 @@ struct live_corpus_options {
 class write_completion {
 public:
     virtual ~write_completion() = default;
-    virtual void complete(write_result r) noexcept = 0;
+    /// The result; `self` owns this completion, which may keep itself alive past the call (to
+    /// retry a hand-off that found no memory, say).
+    virtual void complete(std::unique_ptr<write_completion> self, write_result r) noexcept = 0;
+    /// Calls `done`'s complete with its ownership.
+    static void finish(std::unique_ptr<write_completion> done, write_result r) noexcept {
+        write_completion* p = done.get();
+        p->complete(std::move(done), std::move(r));
+    }
 };
 
 /// A corpus of rows that change while searches run (contract section 9).
@@ -276,21 +284,43 @@ public:
         return asio::async_initiate<CompletionToken, void(write_result)>(
             [this](auto handler, corpus_write w) {
                 using handler_type = decltype(handler);
-                struct completion final : write_completion {
+                // The hand-off to the handler's executor allocates; out of memory (S19) the
+                // completion parks itself and the library's timer thread retries it
+                // (detail/async/handoff_retry.hpp), so the result is never lost.
+                struct completion final : write_completion, detail::retry_node {
                     handler_type h;
                     decltype(asio::prefer(asio::get_associated_executor(std::declval<handler_type&>()),
                                           asio::execution::outstanding_work.tracked)) ex;
+                    write_result result;
                     explicit completion(handler_type&& hh)
                         : h(std::move(hh)),
                           ex(asio::prefer(asio::get_associated_executor(h),
                                           asio::execution::outstanding_work.tracked)) {}
-                    // The corpus destroys the completion after this call; the handler moves on.
-                    void complete(write_result r) noexcept override {
-                        asio::post(ex, [h = std::move(h), r = std::move(r)]() mutable { std::move(h)(std::move(r)); });
+                    void complete(std::unique_ptr<write_completion> self, write_result r) noexcept override {
+                        result = std::move(r);
+                        (void)self.release();  // owned by the posted function (or the retry) now
+                        if (!hand_off()) {
+                            retry = [](detail::retry_node& n) noexcept {
+                                return static_cast<completion&>(n).hand_off();
+                            };
+                            detail::retry_handoff_later(*this);
+                        }
+                    }
+                    // Posts the call of the handler; false, with nothing moved, when that found no memory.
+                    bool hand_off() noexcept {
+                        try {
+                            asio::post(ex, [self = this] {
+                                const std::unique_ptr<completion> own(self);
+                                std::move(own->h)(std::move(own->result));
+                            });
+                            return true;
+                        } catch (const std::bad_alloc&) {
+                            return false;
+                        }
                     }
                 };
-                auto op = std::make_unique<completion>(std::move(handler));
-                submit(std::move(w), std::unique_ptr<write_completion>(op.release()));
+                detail::prepare_handoff_retry();
+                submit(std::move(w), std::make_unique<completion>(std::move(handler)));
             },
             token, std::move(w));
     }
@@ -329,7 +359,8 @@ private:
     bool compact_with(detail::function_ref<void()> check_stop);
     write_result apply_in_memory(const corpus_write& w);
     void recover();
-    void on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec, write_completion& done) noexcept;
+    void on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec,
+                   std::unique_ptr<write_completion> done) noexcept;
     std::unique_ptr<state> state_;
 };
 

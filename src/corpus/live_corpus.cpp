@@ -497,7 +497,8 @@ write_result live_corpus::apply(const corpus_write& w) {
         std::mutex m;
         std::condition_variable cv;
         std::optional<write_result> result;
-        void complete(write_result r) noexcept override {
+        void complete(std::unique_ptr<write_completion> self, write_result r) noexcept override {
+            (void)self.release();  // lives on apply's stack
             const std::lock_guard lock(m);
             result = std::move(r);
             cv.notify_all();
@@ -507,7 +508,11 @@ write_result live_corpus::apply(const corpus_write& w) {
     struct forward final : write_completion {
         waiter* to;
         explicit forward(waiter* t) : to(t) {}
-        void complete(write_result r) noexcept override { to->complete(std::move(r)); }
+        void complete(std::unique_ptr<write_completion> self, write_result r) noexcept override {
+            waiter* target = to;
+            self.reset();  // this forward goes; the waiter lives on apply's stack
+            target->complete(nullptr, std::move(r));
+        }
     };
     waiter wait;
     submit(w, std::make_unique<forward>(&wait));
@@ -519,7 +524,8 @@ write_result live_corpus::apply(const corpus_write& w) {
 void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done) {
     state& st = *state_;
     if (!st.log) {
-        done->complete(apply_in_memory(w));
+        write_result r = apply_in_memory(w);  // (a bad_alloc leaves with nothing done)
+        write_completion::finish(std::move(done), std::move(r));
         return;
     }
     log_state& lg = *st.log;
@@ -527,7 +533,7 @@ void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done)
     if (!refused.error && lg.poisoned.load(std::memory_order_acquire))
         refused.error = std::make_error_code(std::errc::not_enough_memory);
     if (refused.error) {
-        done->complete(std::move(refused));
+        write_completion::finish(std::move(done), std::move(refused));
         return;
     }
     // Everything that can fail is allocated before the record is queued: its bytes, the
@@ -544,7 +550,7 @@ void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done)
     logged* raw = rec.get();
     detail::corpus::write_log::done_fn on_durable([raw](std::error_code ec) {
         const std::unique_ptr<logged> own(raw);
-        own->corpus->on_logged(own->w, own->seq, ec, *own->done);
+        own->corpus->on_logged(own->w, own->seq, ec, std::move(own->done));
     });
     const std::lock_guard lock(lg.append);
     {
@@ -572,10 +578,11 @@ void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done)
     }
     write_result r;
     r.error = ec;
-    rec->done->complete(std::move(r));
+    write_completion::finish(std::move(rec->done), std::move(r));
 }
 
-void live_corpus::on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec, write_completion& done) noexcept {
+void live_corpus::on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec,
+                            std::unique_ptr<write_completion> done) noexcept {
     state& st = *state_;
     log_state& lg = *st.log;
     write_result r;
@@ -595,7 +602,7 @@ void live_corpus::on_logged(corpus_write& w, std::uint64_t seq, std::error_code 
             r.error = std::make_error_code(std::errc::not_enough_memory);
         }
     }
-    done.complete(std::move(r));
+    write_completion::finish(std::move(done), std::move(r));
     const std::lock_guard count(lg.idle_mutex);
     --lg.outstanding;
     lg.idle.notify_all();

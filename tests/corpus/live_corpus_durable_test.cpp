@@ -247,7 +247,7 @@ TEST_CASE("durable corpus: crash child", "[.corpus_child]") {
     struct report final : write_completion {
         std::atomic<std::int64_t>* in_flight;
         explicit report(std::atomic<std::int64_t>* f) : in_flight(f) {}
-        void complete(write_result r) noexcept override {
+        void complete(std::unique_ptr<write_completion>, write_result r) noexcept override {
             if (r) {
                 const std::uint64_t seq = r.seq;
                 (void)!::write(3, &seq, sizeof seq);

@@ -63,6 +63,7 @@ namespace {
 std::vector<scenario> all_scenarios() {
     std::vector<scenario> s = admission_scenarios();
     for (scenario& sc : npy_scenarios()) s.push_back(std::move(sc));
+    for (scenario& sc : corpus_scenarios()) s.push_back(std::move(sc));
     return s;
 }
 

@@ -307,5 +307,7 @@ asio::awaitable<T> await_adapted(adapter a, Start start) {
 std::vector<scenario> admission_scenarios();
 /// async_read_npy and async_write_npy on both engines (npy_scenarios.cpp).
 std::vector<scenario> npy_scenarios();
+/// The live corpus's writes (in memory, durable on both engines) and searches (corpus_scenarios.cpp).
+std::vector<scenario> corpus_scenarios();
 
 }  // namespace tenferro::test::faults

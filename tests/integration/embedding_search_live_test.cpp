@@ -40,7 +40,8 @@ using model = std::map<std::uint64_t, model_row>;
 struct live_fixture {
     explicit live_fixture(std::int64_t compaction_min_rows = 64)
         : cpu(backend_options_for(mode(), nullptr)),
-          corpus(std::make_shared<tf::live_corpus>(tf::live_corpus_options{.dim = dim, .normalize = true})),
+          corpus(std::make_shared<tf::live_corpus>(
+              tf::live_corpus_options{.dim = dim, .directory = {}, .normalize = true})),
           engine(cpu, corpus, with_compaction(engine_options_for(mode()), compaction_min_rows)),
           server(engine, server_fixture::with_port0({})) {
         server.start();
