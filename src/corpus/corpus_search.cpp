@@ -1,19 +1,19 @@
 // Exact search over a live corpus's snapshot (live_corpus.hpp `search`; L4, L5).
 //
-// Per segment of the snapshot, each query takes one of three ways, all computing a row's score
+// Per segment of the snapshot, each query takes one of two ways, both computing a row's score
 // with the f32 GEMM kernel's arithmetic (per element it depends only on the depth and the target,
 // never on where the row lies or which rows are scored with it: kernels/gemm_top_k.hpp):
 //
-// - fused: a query that allows a large part of a segment sorted by id (a compacted one): the
-//   fused kernel of matmul_top_k, with its bf16 first pass where the segment has the copy and the
-//   target the instruction, and the query's allowed rows as the kernel's column mask (erased
-//   rows, rows its filter excludes: gemm_top_k_operands::allowed). Its tie to the lower index is
-//   the tie to the lower id there.
-// - together: queries that allow a large part of an unsorted segment (a recent one, written in
-//   arrival order) are scored as one block, a chunk of rows at a time; chunks that no query
-//   allows are skipped, sparse ones gathered into a dense block first.
+// - fused: a query that allows a large part of the segment: the fused kernel of matmul_top_k,
+//   with its bf16 first pass where the segment has the copy (a compacted one) and the target the
+//   instruction, and the query's allowed rows (visible at the snapshot, passing its filter) as the
+//   kernel's column mask (gemm_top_k_operands::allowed). Over a segment sorted by id (a compacted
+//   one) the kernel's tie to the lower index is the tie to the lower id; over an unsorted one it
+//   keeps k + 1, and a query whose (k+1)-th ties with its k-th is scored again the 'together'
+//   way, a chunk of rows at a time, which orders ties by id itself.
 // - alone: a selective query (below `alone_fraction` of the segment's rows) gathers the rows it
-//   allows and scores only those, so that its cost follows the rows that pass (L5).
+//   allows into dense blocks and scores only those, so that its cost follows the rows that pass
+//   (L5).
 //
 // Each query keeps its best k as a heap over (score, id); the segments' results meet there, so
 // a threshold found in one segment already rejects the next segment's rows. The work of the
@@ -39,6 +39,7 @@ using namespace detail::corpus;
 
 constexpr std::int64_t chunk_rows = 512;  // rows scored per GEMM call ('together', 'alone'); a multiple of 64
 constexpr double alone_fraction = 0.25;   // below it a query takes its own way
+constexpr std::int64_t alone_rows = 2048;  // rows gathered per GEMM call for such a query
 
 }  // namespace
 
@@ -127,34 +128,70 @@ struct query_filter {
     bool by_labels = false, by_ids = false;
 };
 
-// The rows [0, n) of `seg` that pass `f` and are visible at `seq`, as a bitmap.
-void allowed_rows(const segment& seg, std::int64_t n, std::uint64_t seq, bool all_visible, const query_filter& f,
-                  std::uint64_t* out) {
+void set_bit(std::uint64_t* w, std::int64_t r) noexcept { w[r >> 6] |= std::uint64_t{1} << (r & 63); }
+
+// The rows [0, n) of `seg` that pass `f` and are visible (`visible`: the snapshot's bitmap, or
+// null when it sees every row), as a bitmap in `out`; `scratch` holds `words` words.
+void allowed_rows(const segment& seg, std::int64_t n, const std::uint64_t* visible, const query_filter& f,
+                  std::uint64_t* out, std::uint64_t* scratch) {
     const std::int64_t words = (n + 63) / 64;
-    std::fill(out, out + words, 0);
-    auto passes_labels = [&](std::int64_t r) {
-        for (const row_label l : seg.row_labels(r))
-            if (std::binary_search(f.labels.begin(), f.labels.end(), l)) return true;
-        return false;
-    };
-    auto keep = [&](std::int64_t r) {
-        if (!all_visible && !seg.visible(r, seq)) return;
-        if (f.by_labels && !passes_labels(r)) return;
-        out[r >> 6] |= std::uint64_t{1} << (r & 63);
-    };
-    if (f.by_ids && seg.sorted && static_cast<std::int64_t>(f.ids.size()) * 8 < n) {
-        // A short allow-list over a segment sorted by id: look each id up.
-        const row_id* first = seg.ids.get();
-        for (const row_id id : f.ids) {
-            const row_id* at = std::lower_bound(first, first + n, id);
-            if (at != first + n && *at == id) keep(at - first);
+    // Labels any-of: from the postings of a compacted segment (the cost of the rows that carry
+    // them), else from each row's short list.
+    if (f.by_labels) {
+        std::fill(out, out + words, 0);
+        if (seg.postings) {
+            const auto& p = *seg.postings;
+            for (const row_label l : f.labels) {
+                const auto at = std::lower_bound(p.labels.begin(), p.labels.end(), l);
+                if (at == p.labels.end() || *at != l) continue;
+                const auto li = static_cast<std::size_t>(at - p.labels.begin());
+                for (std::uint32_t e = p.offsets[li]; e < p.offsets[li + 1]; ++e)
+                    if (p.rows[e] < n) set_bit(out, p.rows[e]);
+            }
+        } else {
+            for (std::int64_t r = 0; r < n; ++r)
+                for (const row_label l : seg.row_labels(r))
+                    if (std::binary_search(f.labels.begin(), f.labels.end(), l)) {
+                        set_bit(out, r);
+                        break;
+                    }
         }
-        return;
+    } else {
+        std::fill(out, out + words, ~std::uint64_t{0});
     }
-    for (std::int64_t r = 0; r < n; ++r) {
-        if (f.by_ids && !std::binary_search(f.ids.begin(), f.ids.end(), seg.ids[r])) continue;
-        keep(r);
+    // The id allow-list: looked up one by one when short, merged with the id column of a sorted
+    // segment when long, each row's id searched in it otherwise.
+    if (f.by_ids) {
+        std::uint64_t* ids = scratch;
+        std::fill(ids, ids + words, 0);
+        const row_id* col = seg.ids.get();
+        const auto ln = static_cast<std::int64_t>(f.ids.size());
+        if (seg.sorted && ln * 16 < n) {
+            for (const row_id id : f.ids) {
+                const row_id* at = std::lower_bound(col, col + n, id);
+                if (at != col + n && *at == id) set_bit(ids, at - col);
+            }
+        } else if (seg.sorted) {
+            std::int64_t r = 0, j = 0;
+            while (r < n && j < ln) {
+                if (col[r] < f.ids[static_cast<std::size_t>(j)]) {
+                    ++r;
+                } else if (f.ids[static_cast<std::size_t>(j)] < col[r]) {
+                    ++j;
+                } else {
+                    set_bit(ids, r++);
+                    ++j;
+                }
+            }
+        } else {
+            for (std::int64_t r = 0; r < n; ++r)
+                if (std::binary_search(f.ids.begin(), f.ids.end(), col[r])) set_bit(ids, r);
+        }
+        for (std::int64_t w = 0; w < words; ++w) out[w] &= ids[w];
     }
+    if (visible != nullptr)
+        for (std::int64_t w = 0; w < words; ++w) out[w] &= visible[w];
+    if ((n & 63) != 0) out[words - 1] &= (std::uint64_t{1} << (n & 63)) - 1;
 }
 
 std::int64_t popcount(const std::uint64_t* w, std::int64_t first_word, std::int64_t last_word) noexcept {
@@ -221,6 +258,49 @@ void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_
     }
 }
 
+// Scores the rows a selective query allows (`bits`, over the n rows of `seg`), gathered into dense
+// blocks of up to `alone_rows`, one GEMM per block: its cost follows the rows that pass (L5).
+void score_gathered(task_state& t, const segment& seg, std::int64_t n, const std::uint64_t* bits, const float* a,
+                    std::size_t q, std::int64_t dim, std::int64_t k) {
+    const best_k heap = t.heap(q, k);
+    std::int64_t cols = 0;
+    auto flush = [&] {
+        if (cols == 0) return;
+        kernels::stop_point();
+        const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, 1, cols, dim, 1);
+        if (t.scratch.size() < plan.scratch_bytes) t.scratch.resize(plan.scratch_bytes);
+        kernels::gemm_operands op{};
+        op.m = 1;
+        op.n = cols;
+        op.k = dim;
+        op.a = a;
+        op.a_row_stride = dim;
+        op.a_col_stride = 1;
+        op.b = t.block.data();
+        op.b_row_stride = 1;
+        op.b_col_stride = dim;
+        op.c = t.tile.data();
+        op.c_row_stride = cols;
+        op.c_col_stride = 1;
+        kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
+        t.rows_scored += static_cast<std::uint64_t>(cols);
+        for (std::int64_t j = 0; j < cols; ++j) {
+            const float v = t.tile[static_cast<std::size_t>(j)];
+            if (heap.may_enter(v)) heap.offer(v, seg.ids[t.map[static_cast<std::size_t>(j)]]);
+        }
+        cols = 0;
+    };
+    const std::int64_t words = (n + 63) / 64;
+    for (std::int64_t w = 0; w < words; ++w)
+        for (std::uint64_t b = bits[w]; b != 0; b &= b - 1) {
+            const std::int64_t r = (w << 6) + std::countr_zero(b);
+            std::memcpy(t.block.data() + cols * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
+            t.map[static_cast<std::size_t>(cols++)] = r;
+            if (cols == alone_rows) flush();
+        }
+    flush();
+}
+
 }  // namespace
 
 corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const const_tensor_view& queries,
@@ -281,19 +361,23 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         t.vals.resize(um * uk);
         t.ids.resize(um * uk);
         t.held.assign(um, 0);
-        t.block.resize(static_cast<std::size_t>(chunk_rows * dim));
-        t.map.resize(static_cast<std::size_t>(chunk_rows));
-        t.tile.resize(um * static_cast<std::size_t>(chunk_rows));
+        t.block.resize(static_cast<std::size_t>(std::max(chunk_rows, alone_rows) * dim));
+        t.map.resize(static_cast<std::size_t>(std::max(chunk_rows, alone_rows)));
+        t.tile.resize(std::max(um * static_cast<std::size_t>(chunk_rows), static_cast<std::size_t>(alone_rows)));
     }
     std::uint64_t first_pass = 0, fallback = 0;
     const auto runner = [&](std::int64_t count, kernels::gemm_body body) { s.parallel_for(count, 1, body); };
 
     std::vector<std::size_t> fused, together, alone;
-    std::vector<std::uint64_t> visible, bitmaps, unite;
+    std::vector<std::uint64_t> visible, bitmaps, id_scratch, unite;
     std::vector<const std::uint64_t*> allowed;
     std::vector<float> sub_a, sub_vals;
     std::vector<const std::uint64_t*> together_allowed, fused_allowed;
     std::vector<std::int64_t> sub_idx;
+    std::vector<std::size_t> filtered_slot(um, 0);
+    std::size_t filtered_queries = 0;
+    for (std::size_t i = 0; i < um; ++i)
+        if (is_filtered(i)) filtered_slot[i] = filtered_queries++;
     for (const segment_view& sv : v->segments) {
         const segment& seg = *sv.seg;
         const std::int64_t n = sv.rows;
@@ -304,14 +388,17 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         if (!all_visible) {
             visible.assign(static_cast<std::size_t>(words), 0);
             for (std::int64_t r = 0; r < n; ++r)
-                if (seg.visible(r, seq)) visible[static_cast<std::size_t>(r >> 6)] |= std::uint64_t{1} << (r & 63);
+                if (seg.visible(r, seq)) set_bit(visible.data(), r);
         }
 
         // Which way each query takes over this segment, and the rows each allows.
         fused.clear();
         together.clear();
         alone.clear();
-        bitmaps.assign(um * static_cast<std::size_t>(words), 0);
+        if (filtered_queries != 0) {
+            bitmaps.resize(filtered_queries * static_cast<std::size_t>(words));
+            id_scratch.resize(static_cast<std::size_t>(words));
+        }
         allowed.assign(um, nullptr);
         const std::int64_t visible_rows = all_visible ? n : popcount(visible.data(), 0, words);
         for (std::size_t i = 0; i < um; ++i) {
@@ -319,26 +406,28 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
             if (!is_filtered(i)) {
                 allowed[i] = all_visible ? nullptr : visible.data();
             } else {
-                std::uint64_t* bits = bitmaps.data() + i * static_cast<std::size_t>(words);
-                allowed_rows(seg, n, seq, all_visible, qf[i], bits);
+                std::uint64_t* bits = bitmaps.data() + filtered_slot[i] * static_cast<std::size_t>(words);
+                allowed_rows(seg, n, all_visible ? nullptr : visible.data(), qf[i], bits, id_scratch.data());
                 allowed[i] = bits;
                 pass = popcount(bits, 0, words);
             }
             if (pass == 0) continue;
-            // A segment sorted by id takes every query that allows a large part of it through the
-            // fused kernel (its mask keeps the other rows out); a selective query goes alone.
+            // A query that allows a large part of the segment takes the fused kernel, its allowed
+            // rows as the kernel's mask; a selective one gathers its rows and scores only those.
             if (static_cast<double>(pass) < alone_fraction * static_cast<double>(n))
                 alone.push_back(i);
-            else if (seg.sorted)
-                fused.push_back(i);
             else
-                together.push_back(i);
+                fused.push_back(i);
         }
 
-        // Fused: the kernel of matmul_top_k over the whole segment, task 0's heaps.
+        // Fused: the kernel of matmul_top_k over the whole segment, into task 0's heaps. Over a
+        // segment sorted by id its tie to the lower index is the tie to the lower id. Over an
+        // unsorted one (recent rows, in arrival order) it keeps k + 1: when the (k+1)-th ties
+        // with the k-th, a row of equal score and lower id may have been left out, and that query
+        // is scored again the 'together' way, which orders by id itself.
         if (!fused.empty()) {
             const auto mf = static_cast<std::int64_t>(fused.size());
-            const std::int64_t count = std::min(k, n);
+            const std::int64_t count = std::min(seg.sorted ? k : k + 1, n);
             sub_a.resize(fused.size() * static_cast<std::size_t>(dim));
             for (std::size_t i = 0; i < fused.size(); ++i)
                 std::copy_n(qa.data() + fused[i] * static_cast<std::size_t>(dim), dim,
@@ -387,17 +476,26 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
                 ts[0].rows_scored += static_cast<std::uint64_t>(mf) * static_cast<std::uint64_t>(n);
             }
             for (std::size_t i = 0; i < fused.size(); ++i) {
-                const best_k heap = ts[0].heap(fused[i], k);
-                for (std::int64_t j = 0; j < count; ++j) {
-                    const std::size_t at = i * static_cast<std::size_t>(count) + static_cast<std::size_t>(j);
-                    if (sub_idx[at] < 0) break;  // fewer allowed rows than k
-                    heap.offer(sub_vals[at], seg.ids[sub_idx[at]]);
+                const float* vals = sub_vals.data() + i * static_cast<std::size_t>(count);
+                const std::int64_t* idx = sub_idx.data() + i * static_cast<std::size_t>(count);
+                std::int64_t got = 0;
+                while (got < count && idx[got] >= 0) ++got;
+                std::int64_t take = got;
+                if (!seg.sorted && got == count && count > k) {
+                    const float a = vals[k - 1], b = vals[k];
+                    if (a == b || (std::isnan(a) && std::isnan(b))) {
+                        together.push_back(fused[i]);  // a tie at the boundary: by id, below
+                        continue;
+                    }
+                    take = k;
                 }
+                const best_k heap = ts[0].heap(fused[i], k);
+                for (std::int64_t j = 0; j < take; ++j) heap.offer(vals[j], seg.ids[idx[j]]);
             }
         }
 
-        // Together and alone, in tasks: task t takes every tasks-th chunk of the 'together'
-        // block and every tasks-th 'alone' query.
+        // Together (ties at an unsorted segment's boundary) and alone, in tasks: task t takes
+        // every tasks-th chunk of the 'together' block and every tasks-th 'alone' query.
         if (together.empty() && alone.empty()) continue;
         if (!together.empty()) {
             sub_a.resize(together.size() * static_cast<std::size_t>(dim));
@@ -426,16 +524,9 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
                         const std::int64_t r0 = c * chunk_rows, r1 = std::min(n, r0 + chunk_rows);
                         score_chunk(st, seg, r0, r1, unite.data(), sub_a.data(), together, together_allowed, dim, k);
                     }
-                for (std::size_t a = static_cast<std::size_t>(t); a < alone.size(); a += tasks) {
-                    const std::size_t q[1] = {alone[a]};
-                    const std::uint64_t* mine[1] = {allowed[q[0]]};
-                    for (std::int64_t c = 0; c < chunks; ++c) {
-                        kernels::stop_point();
-                        const std::int64_t r0 = c * chunk_rows, r1 = std::min(n, r0 + chunk_rows);
-                        score_chunk(st, seg, r0, r1, mine[0], qa.data() + q[0] * static_cast<std::size_t>(dim), q, mine,
-                                    dim, k);
-                    }
-                }
+                for (std::size_t a = static_cast<std::size_t>(t); a < alone.size(); a += tasks)
+                    score_gathered(st, seg, n, allowed[alone[a]], qa.data() + alone[a] * static_cast<std::size_t>(dim),
+                                   alone[a], dim, k);
             }
         });
     }

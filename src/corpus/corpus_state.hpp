@@ -71,6 +71,14 @@ struct segment {
     bool sorted = false;
     // The first pass's bf16 copy (kernels/search_bf16.hpp), made by compaction; null otherwise.
     aligned_array<std::byte> bf16;
+    // Made by compaction: for each label present (sorted), the rows that carry it, so that a
+    // label filter costs the rows that pass, not a scan of every row's labels.
+    struct label_postings {
+        std::vector<row_label> labels;  // sorted, distinct
+        std::vector<std::uint32_t> offsets;  // labels.size() + 1
+        std::vector<std::uint32_t> rows;  // each label's rows, ascending
+    };
+    std::unique_ptr<label_postings> postings;
 
     // Writer side (under the corpus's mutex): rows and labels used.
     std::int64_t used = 0;

@@ -459,6 +459,26 @@ bool live_corpus::compact_with(detail::function_ref<void()> check_stop) {
         append_row(*merged, src.id, src.seg->row(src.row), src.seg->raw_row(src.row), src.seg->row_labels(src.row));
     }
     merged->sorted = true;
+    {
+        // The label postings: (label, row) pairs in label order, rows ascending within each.
+        auto p = std::make_unique<segment::label_postings>();
+        std::vector<std::pair<row_label, std::uint32_t>> pairs;
+        pairs.reserve(static_cast<std::size_t>(label_count));
+        for (std::int64_t i = 0; i < n; ++i)
+            for (const row_label l : merged->row_labels(i)) pairs.push_back({l, static_cast<std::uint32_t>(i)});
+        std::sort(pairs.begin(), pairs.end());
+        p->rows.reserve(pairs.size());
+        for (std::size_t i = 0; i < pairs.size(); ++i) {
+            if (i == 0 || pairs[i].first != pairs[i - 1].first) {
+                p->labels.push_back(pairs[i].first);
+                p->offsets.push_back(static_cast<std::uint32_t>(i));
+            }
+            p->rows.push_back(pairs[i].second);
+        }
+        p->offsets.push_back(static_cast<std::uint32_t>(pairs.size()));
+        merged->postings = std::move(p);
+    }
+    check_stop();
     if (n > 0) {
         merged->bf16 = detail::corpus::make_aligned<std::byte>(kernels::bf16_corpus_bytes(v.dim, n));
         kernels::make_bf16_corpus(merged->values.get(), 1, v.dim, v.dim, n, merged->bf16.get());

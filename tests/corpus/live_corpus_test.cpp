@@ -417,3 +417,21 @@ TEST_CASE("the first pass with masks (erased rows, filters) is exact on every ta
         CHECK(after.first_pass + after.fallback - before.first_pass - before.fallback == 8);
     });
 }
+
+TEST_CASE("an unsorted segment's ties at the k-th place go to the lower id, not to the earlier row") {
+    cpu_session_fixture f(1);
+    live_corpus corpus({.dim = 2});
+    corpus_write w;
+    for (row_id id : {50, 40, 30, 20, 10}) w.upsert(id, {1, 1});  // one vector, ids in falling order
+    w.upsert(60, {0, 1});
+    REQUIRE(corpus.apply(w));
+    const tensor q = tensor::from(std::vector<float>{1, 0}, {1, 2});
+    const corpus_hits hits = search(f.session, corpus.snapshot(), q.view(), 2);
+    REQUIRE(hits[0].size() == 2);
+    CHECK(hits[0][0].id == 10);
+    CHECK(hits[0][1].id == 20);
+    model rows;
+    for (row_id id : {50, 40, 30, 20, 10}) rows[id] = {{1, 1}, {}};
+    rows[60] = {{0, 1}, {}};
+    for (const std::int64_t k : {1, 3, 5, 6}) check_exact(f.session, corpus.snapshot(), rows, {1, 0}, 2, k, {});
+}
