@@ -24,7 +24,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <tuple>
 
 #include "corpus/corpus_state.hpp"
 #include "kernels/gemm.hpp"
@@ -103,13 +105,29 @@ struct best_k {
 };
 
 // Per task: every query's heap, and the buffers of one GEMM call.
+// A buffer grown on demand and never cleared: scratch that is always written before it is read
+// (a std::vector would zero megabytes of it on every search).
+template <class T>
+struct scratch_buffer {
+    std::unique_ptr<T[]> p;
+    std::size_t size = 0;
+    T* get(std::size_t need) {
+        if (need > size) {
+            p.reset(new T[need]);
+            size = need;
+        }
+        return p.get();
+    }
+};
+
 struct task_state {
     std::vector<float> vals;
     std::vector<row_id> ids;
     std::vector<std::int64_t> held;
-    std::vector<float> block;  // gathered rows: chunk_rows x dim
-    std::vector<std::int64_t> map;
-    std::vector<float> tile;  // queries x chunk_rows scores
+    scratch_buffer<float> block;  // gathered rows
+    scratch_buffer<std::int64_t> map;
+    scratch_buffer<float> tile;     // queries x columns scores
+    scratch_buffer<float> queries;  // a group's query rows
     std::vector<std::byte> scratch;
     std::uint64_t rows_scored = 0;
     best_k heap(std::size_t q, std::int64_t k) {
@@ -211,18 +229,20 @@ void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_
     if (count == 0) return;
     const float* b;
     std::int64_t cols;
+    std::int64_t* map = t.map.get(static_cast<std::size_t>(r1 - r0));
     if (count * 2 <= r1 - r0) {
+        float* block = t.block.get(static_cast<std::size_t>(count * dim));
         std::int64_t j = 0;
         for (std::int64_t w = w0; w < w1; ++w)
             for (std::uint64_t bits = unite[w]; bits != 0; bits &= bits - 1) {
                 const std::int64_t r = (w << 6) + std::countr_zero(bits);
-                std::memcpy(t.block.data() + j * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
-                t.map[static_cast<std::size_t>(j++)] = r;
+                std::memcpy(block + j * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
+                map[j++] = r;
             }
-        b = t.block.data();
+        b = block;
         cols = count;
     } else {
-        for (std::int64_t j = 0; j < r1 - r0; ++j) t.map[static_cast<std::size_t>(j)] = r0 + j;
+        for (std::int64_t j = 0; j < r1 - r0; ++j) map[j] = r0 + j;
         b = seg.values.get() + r0 * dim;
         cols = r1 - r0;
     }
@@ -239,7 +259,8 @@ void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_
     op.b = b;
     op.b_row_stride = 1;
     op.b_col_stride = dim;
-    op.c = t.tile.data();
+    float* tile = t.tile.get(static_cast<std::size_t>(m * cols));
+    op.c = tile;
     op.c_row_stride = cols;
     op.c_col_stride = 1;
     kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
@@ -247,55 +268,65 @@ void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_
     for (std::int64_t i = 0; i < m; ++i) {
         const best_k heap = t.heap(qs[static_cast<std::size_t>(i)], k);
         const std::uint64_t* mine = allowed[static_cast<std::size_t>(i)];
-        const float* row = t.tile.data() + i * cols;
+        const float* row = tile + i * cols;
         for (std::int64_t j = 0; j < cols; ++j) {
             const float v = row[j];
             if (!heap.may_enter(v)) continue;
-            const std::int64_t r = t.map[static_cast<std::size_t>(j)];
+            const std::int64_t r = map[j];
             if (mine != nullptr && !test_bit(mine, r)) continue;
             heap.offer(v, seg.ids[r]);
         }
     }
 }
 
-// Scores the rows a selective query allows (`bits`, over the n rows of `seg`), gathered into dense
-// blocks of up to `alone_rows`, one GEMM per block: its cost follows the rows that pass (L5).
-void score_gathered(task_state& t, const segment& seg, std::int64_t n, const std::uint64_t* bits, const float* a,
-                    std::size_t q, std::int64_t dim, std::int64_t k) {
-    const best_k heap = t.heap(q, k);
+// Scores the rows a group of selective queries with one filter allows (`bits`, over the n rows
+// of `seg`), gathered into dense blocks of up to `alone_rows`, one GEMM per block for the whole
+// group: the cost follows the rows that pass (L5), and a batch's queries sharing a filter share
+// the gathering. `qs`: the group's queries, their rows of `qa`.
+void score_gathered(task_state& t, const segment& seg, std::int64_t n, const std::uint64_t* bits, const float* qa,
+                    std::span<const std::size_t> qs, std::int64_t dim, std::int64_t k) {
+    const auto m = static_cast<std::int64_t>(qs.size());
+    float* a = t.queries.get(static_cast<std::size_t>(m * dim));
+    for (std::int64_t i = 0; i < m; ++i)
+        std::copy_n(qa + qs[static_cast<std::size_t>(i)] * static_cast<std::size_t>(dim), dim, a + i * dim);
+    float* block = t.block.get(static_cast<std::size_t>(alone_rows * dim));
+    std::int64_t* map = t.map.get(static_cast<std::size_t>(alone_rows));
+    float* tile = t.tile.get(static_cast<std::size_t>(m * alone_rows));
     std::int64_t cols = 0;
     auto flush = [&] {
         if (cols == 0) return;
         kernels::stop_point();
-        const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, 1, cols, dim, 1);
+        const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, m, cols, dim, 1);
         if (t.scratch.size() < plan.scratch_bytes) t.scratch.resize(plan.scratch_bytes);
         kernels::gemm_operands op{};
-        op.m = 1;
+        op.m = m;
         op.n = cols;
         op.k = dim;
         op.a = a;
         op.a_row_stride = dim;
         op.a_col_stride = 1;
-        op.b = t.block.data();
+        op.b = block;
         op.b_row_stride = 1;
         op.b_col_stride = dim;
-        op.c = t.tile.data();
+        op.c = tile;
         op.c_row_stride = cols;
         op.c_col_stride = 1;
         kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
-        t.rows_scored += static_cast<std::uint64_t>(cols);
-        for (std::int64_t j = 0; j < cols; ++j) {
-            const float v = t.tile[static_cast<std::size_t>(j)];
-            if (heap.may_enter(v)) heap.offer(v, seg.ids[t.map[static_cast<std::size_t>(j)]]);
+        t.rows_scored += static_cast<std::uint64_t>(cols * m);
+        for (std::int64_t i = 0; i < m; ++i) {
+            const best_k heap = t.heap(qs[static_cast<std::size_t>(i)], k);
+            const float* row = tile + i * cols;
+            for (std::int64_t j = 0; j < cols; ++j)
+                if (heap.may_enter(row[j])) heap.offer(row[j], seg.ids[map[j]]);
         }
         cols = 0;
     };
     const std::int64_t words = (n + 63) / 64;
     for (std::int64_t w = 0; w < words; ++w)
-        for (std::uint64_t b = bits[w]; b != 0; b &= b - 1) {
-            const std::int64_t r = (w << 6) + std::countr_zero(b);
-            std::memcpy(t.block.data() + cols * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
-            t.map[static_cast<std::size_t>(cols++)] = r;
+        for (std::uint64_t bw = bits[w]; bw != 0; bw &= bw - 1) {
+            const std::int64_t r = (w << 6) + std::countr_zero(bw);
+            std::memcpy(block + cols * dim, seg.values.get() + r * dim, static_cast<std::size_t>(dim) * 4);
+            map[cols++] = r;
             if (cols == alone_rows) flush();
         }
     flush();
@@ -354,6 +385,21 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         filtered += f.filters() ? 1 : 0;
     }
     auto is_filtered = [&](std::size_t i) { return !qf.empty() && (qf[i].by_labels || qf[i].by_ids); };
+    // Queries with equal filters (or none) form a group, which a selective way scores together:
+    // group_of[i] is the first query of i's group.
+    std::vector<std::size_t> group_of(um);
+    {
+        std::vector<std::size_t> order(um);
+        for (std::size_t i = 0; i < um; ++i) order[i] = i;
+        auto key = [&](std::size_t i) {
+            static const query_filter none;
+            const query_filter& f = is_filtered(i) ? qf[i] : none;
+            return std::tie(f.by_labels, f.labels, f.by_ids, f.ids);
+        };
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return key(x) < key(y); });
+        for (std::size_t j = 0; j < um; ++j)
+            group_of[order[j]] = j > 0 && key(order[j]) == key(order[j - 1]) ? group_of[order[j - 1]] : order[j];
+    }
 
     const std::size_t tasks = std::max<std::size_t>(1, std::min<std::size_t>(s.parallelism(), 64));
     std::vector<task_state> ts(tasks);
@@ -361,14 +407,11 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         t.vals.resize(um * uk);
         t.ids.resize(um * uk);
         t.held.assign(um, 0);
-        t.block.resize(static_cast<std::size_t>(std::max(chunk_rows, alone_rows) * dim));
-        t.map.resize(static_cast<std::size_t>(std::max(chunk_rows, alone_rows)));
-        t.tile.resize(std::max(um * static_cast<std::size_t>(chunk_rows), static_cast<std::size_t>(alone_rows)));
     }
     std::uint64_t first_pass = 0, fallback = 0;
     const auto runner = [&](std::int64_t count, kernels::gemm_body body) { s.parallel_for(count, 1, body); };
 
-    std::vector<std::size_t> fused, together, alone;
+    std::vector<std::size_t> fused, together, alone, alone_groups;
     std::vector<std::uint64_t> visible, bitmaps, id_scratch, unite;
     std::vector<const std::uint64_t*> allowed;
     std::vector<float> sub_a, sub_vals;
@@ -514,6 +557,15 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
             together_allowed.resize(together.size());
             for (std::size_t i = 0; i < together.size(); ++i) together_allowed[i] = allowed[together[i]];
         }
+        // The selective queries by group (equal filters), each group's first query leading it.
+        std::sort(alone.begin(), alone.end(), [&](std::size_t x, std::size_t y) {
+            return group_of[x] != group_of[y] ? group_of[x] < group_of[y] : x < y;
+        });
+        alone_groups.clear();
+        for (std::size_t j = 0; j < alone.size(); ++j)
+            if (j == 0 || group_of[alone[j]] != group_of[alone[j - 1]]) alone_groups.push_back(j);
+        alone_groups.push_back(alone.size());
+        const std::size_t groups = alone_groups.size() - 1;
         const std::int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
         s.parallel_for(static_cast<std::int64_t>(tasks), 1, [&](std::int64_t tb, std::int64_t te) {
             for (std::int64_t t = tb; t < te; ++t) {
@@ -524,9 +576,11 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
                         const std::int64_t r0 = c * chunk_rows, r1 = std::min(n, r0 + chunk_rows);
                         score_chunk(st, seg, r0, r1, unite.data(), sub_a.data(), together, together_allowed, dim, k);
                     }
-                for (std::size_t a = static_cast<std::size_t>(t); a < alone.size(); a += tasks)
-                    score_gathered(st, seg, n, allowed[alone[a]], qa.data() + alone[a] * static_cast<std::size_t>(dim),
-                                   alone[a], dim, k);
+                for (std::size_t g = static_cast<std::size_t>(t); g < groups; g += tasks) {
+                    const std::span<const std::size_t> qs(alone.data() + alone_groups[g],
+                                                          alone_groups[g + 1] - alone_groups[g]);
+                    score_gathered(st, seg, n, allowed[qs[0]], qa.data(), qs, dim, k);
+                }
             }
         });
     }

@@ -1,5 +1,6 @@
 // corpus_write (the builder of one write) and the corpus's error category.
 
+#include <algorithm>
 #include <string>
 
 #include "tenferro/live_corpus.hpp"
@@ -40,18 +41,32 @@ const std::error_category& corpus_category() noexcept {
 
 std::error_code make_error_code(corpus_errc e) noexcept { return {static_cast<int>(e), corpus_category()}; }
 
+namespace {
+
+// Room for `more` elements, growing geometrically (reserving exactly size + more on every call
+// would make building a large write quadratic: each reserve reallocates and copies).
+template <class V>
+void make_room(V& v, std::size_t more) {
+    if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.capacity()));
+}
+
+}  // namespace
+
 void corpus_write::upsert(row_id id, std::span<const float> vector, std::span<const row_label> labels) {
-    // Reserve everything first, so that a bad_alloc leaves the builder as it was.
-    entries_.reserve(entries_.size() + 1);
-    values_.reserve(values_.size() + vector.size());
-    labels_.reserve(labels_.size() + labels.size());
+    // Room for everything first, so that a bad_alloc leaves the builder as it was.
+    make_room(entries_, 1);
+    make_room(values_, vector.size());
+    make_room(labels_, labels.size());
     entries_.push_back(
         entry{id, values_.size(), vector.size(), labels_.size(), static_cast<std::uint32_t>(labels.size()), false});
     values_.insert(values_.end(), vector.begin(), vector.end());
     labels_.insert(labels_.end(), labels.begin(), labels.end());
 }
 
-void corpus_write::erase(row_id id) { entries_.push_back(entry{id, 0, 0, 0, 0, true}); }
+void corpus_write::erase(row_id id) {
+    make_room(entries_, 1);
+    entries_.push_back(entry{id, 0, 0, 0, 0, true});
+}
 
 corpus_write::item corpus_write::operator[](std::size_t i) const noexcept {
     const entry& e = entries_[i];
