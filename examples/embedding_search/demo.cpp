@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -12,6 +13,7 @@
 
 #include "corpus.hpp"
 #include "demo_impatient.hpp"
+#include "demo_live.hpp"
 #include "demo_progress.hpp"
 #include "demo_report.hpp"
 #include "demo_tenants.hpp"
@@ -114,7 +116,13 @@ int run_demo(const demo_options& o) {
 
     print_demo_results(o, t);
 
-    const demo_report_files report = write_demo_report(o, origin, path, t);
+    std::optional<live_result> live;
+    if (o.live) {
+        live = run_live_phase(o, corpus);
+        print_live_results(*live);
+    }
+
+    const demo_report_files report = write_demo_report(o, origin, path, t, live ? &*live : nullptr);
     std::printf("\nreport: %s\n        %s\n", report.json.string().c_str(), report.svg.string().c_str());
 
     const std::string exe = self_path().string();
@@ -136,7 +144,9 @@ int run_demo(const demo_options& o) {
 
     const bool ok = t.load.errors == 0 && t.sample_check.ok && t.load.ok > 0;
     if (!ok) std::printf("\ndemo FAILED: %s\n", t.load.errors ? "errors during the load" : "the sample query");
-    return ok ? 0 : 1;
+    const bool live_ok = !live || live->ok;
+    if (!live_ok) std::printf("\ndemo FAILED: the live phase's check against the brute force\n");
+    return ok && live_ok ? 0 : 1;
 }
 
 double wakeup_lateness_p99_ms(int samples) {

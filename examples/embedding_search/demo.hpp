@@ -29,6 +29,10 @@ struct demo_options {
     int client_timeout_ms = 50;     ///< the impatient client's timeout, never told to the server
     double overload = 2.0;          ///< offered rate / measured capacity
     double capacity_seconds = 3.0;  ///< the capacity measurement's duration
+    /// The live phase after the main trial (demo_live.hpp): `--no-live` skips it;
+    /// `--live-seconds`: its load's duration, half searches alone, half with writers.
+    bool live = true;
+    double live_seconds = 10.0;
 };
 
 /// `demo --impatient` defaults, where --duration and --rows are not given:

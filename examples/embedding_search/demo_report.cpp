@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "demo_live.hpp"
 #include "latency_histogram.hpp"
 
 namespace fs = std::filesystem;
@@ -226,7 +227,7 @@ void print_demo_results(const demo_options& o, const trial_result& t) {
 }
 
 demo_report_files write_demo_report(const demo_options& o, const corpus_origin& origin, const std::string& corpus_path,
-                                    const trial_result& t) {
+                                    const trial_result& t, const live_result* live) {
     json_writer w;
     w.begin_object();
     w.key("corpus").begin_object();
@@ -252,6 +253,10 @@ demo_report_files write_demo_report(const demo_options& o, const corpus_origin& 
     w.end_array();
     w.end_object();
     w.key("server_stats").raw(t.stats_json.empty() ? "null" : t.stats_json);
+    if (live) {
+        w.key("live");
+        write_live_results(w, *live);
+    }
     w.end_object();
 
     const fs::path report_json = fs::path(o.data_dir) / "embedding_search_report.json";

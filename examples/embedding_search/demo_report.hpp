@@ -33,9 +33,12 @@ struct demo_report_files {
     std::filesystem::path json, svg;
 };
 
+struct live_result;
+
 /// Writes `embedding_search_report.json` and `embedding_search_latency.svg`
-/// into `o.data_dir`; `corpus_path` is the corpus file the demo used.
+/// into `o.data_dir`; `corpus_path` is the corpus file the demo used; `live`,
+/// when given, the live phase's results (the report's `"live"` object).
 demo_report_files write_demo_report(const demo_options& o, const corpus_origin& origin, const std::string& corpus_path,
-                                    const trial_result& t);
+                                    const trial_result& t, const live_result* live = nullptr);
 
 }  // namespace embedding_search

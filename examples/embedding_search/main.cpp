@@ -375,6 +375,13 @@ int main(int argc, char** argv) {
                      "--impatient: seconds of the closed-loop run that measures the capacity")
         ->check(seconds_validator)
         ->capture_default_str();
+    demo->add_flag("!--no-live", demo_opts.live,
+                   "skip the live phase (searches alone, then with writers changing the corpus, checked against "
+                   "a brute force)");
+    demo->add_option("--live-seconds", demo_opts.live_seconds,
+                     "seconds of the live phase's load: half searches alone, half with writers")
+        ->check(seconds_validator)
+        ->capture_default_str();
 
     bench_options bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "tenferro sessions vs compute inline on the I/O threads");

@@ -1,7 +1,8 @@
 // The embedding-search corpus and the tenferro-search binary: corpora saved
 // and loaded as .npy, normalised or refused on load naming the file, row and
 // column; the binary serving, draining on SIGTERM and refusing bad flags
-// (TENFERRO_SEARCH_BINARY names it), and its `demo --tenants` at a tiny size.
+// (TENFERRO_SEARCH_BINARY names it), and its demos (`--tenants`, `--impatient`, the
+// plain one with its live phase) at a tiny size.
 #include "http_server.hpp"
 
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <simdjson.h>
@@ -226,6 +228,7 @@ namespace {
 struct process_result {
     int exit_code = -1;  ///< -1: did not exit in time (killed)
     std::string err;     ///< what it wrote to stderr
+    std::string out;     ///< what it wrote to stdout
 };
 
 /// Runs the tenferro-search binary with `args`, for at most `limit`.
@@ -233,11 +236,12 @@ process_result run_search_binary(const char* binary, const std::vector<std::stri
                                  std::chrono::milliseconds limit = 10s) {
     temp_dir dir;
     const std::string err_file = (dir.path / "stderr").string();
+    const std::string out_file = (dir.path / "stdout").string();
     const pid_t pid = fork();
     if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
     if (pid == 0) {
         std::FILE* err = std::freopen(err_file.c_str(), "w", stderr);
-        std::FILE* out = std::freopen("/dev/null", "w", stdout);
+        std::FILE* out = std::freopen(out_file.c_str(), "w", stdout);
         if (!err || !out) _exit(126);
         std::vector<char*> argv{const_cast<char*>(binary)};
         for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -258,11 +262,13 @@ process_result run_search_binary(const char* binary, const std::vector<std::stri
     } else if (WIFEXITED(status)) {
         result.exit_code = WEXITSTATUS(status);
     }
-    if (std::FILE* f = std::fopen(err_file.c_str(), "r")) {
-        char buf[4096];
-        std::size_t n = 0;
-        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) result.err.append(buf, n);
-        std::fclose(f);
+    for (const auto& [file, text] : {std::pair{&err_file, &result.err}, std::pair{&out_file, &result.out}}) {
+        if (std::FILE* f = std::fopen(file->c_str(), "r")) {
+            char buf[4096];
+            std::size_t n = 0;
+            while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text->append(buf, n);
+            std::fclose(f);
+        }
     }
     return result;
 }
@@ -414,6 +420,60 @@ TEST_CASE("demo --impatient runs the three servers side by side and writes its r
     }
     CHECK(variants.at(2).value()["delivered_in_time"].get_uint64().value() > 0);
     CHECK(std::filesystem::exists(dir.path / "embedding_search_impatient.svg"));
+}
+
+TEST_CASE("demo runs its live phase, checks it against the brute force and reports it", "[embedding_search]") {
+    const char* binary = std::getenv("TENFERRO_SEARCH_BINARY");
+    if (!binary) {
+        WARN("TENFERRO_SEARCH_BINARY is not set; skipping");
+        return;
+    }
+    temp_dir dir;
+    const process_result r =
+        run_search_binary(binary,
+                          {"demo", "--rows", "2000", "--dim", "16", "--duration", "0.5", "--connections", "8",
+                           "--live-seconds", "1", "--no-progress", "--data-dir", dir.path.string()},
+                          60s);
+    INFO(r.out);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    for (const char* figure : {"live phase", "searches alone", "searches with writes", "filtered searches", "writes/s",
+                               "rows/s", "write latency", "with writes / without", "search throughput x",
+                               "search p99 x", "queries match the float64 brute force", "read your writes"})
+        CHECK_THAT(r.out, Catch::Contains(figure));
+    CHECK_THAT(r.out, !Catch::Contains("MISMATCH"));
+
+    std::FILE* f = std::fopen((dir.path / "embedding_search_report.json").c_str(), "rb");
+    REQUIRE(f != nullptr);
+    std::string json;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) json.append(buf, n);
+    std::fclose(f);
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    REQUIRE_FALSE(parser.parse(json).get(doc));
+    simdjson::dom::element live;
+    REQUIRE_FALSE(doc["live"].get(live));
+    CHECK(live["without_writes"]["searches"].get_uint64().value() > 0);
+    CHECK(live["with_writes"]["searches"].get_uint64().value() > 0);
+    CHECK(live["with_writes"]["puts"].get_uint64().value() > 0);
+    CHECK(live["with_writes"]["rows_upserted"].get_uint64().value() > 0);
+    CHECK(live["throughput_ratio"].get_double().value() > 0);
+    CHECK(live["p99_ratio"].get_double().value() > 0);
+    CHECK(live["check"]["ok"].get_bool().value());
+    CHECK(live["check"]["queries"].get_uint64().value() > 0);
+    CHECK(live["check"]["matched"].get_uint64().value() == live["check"]["queries"].get_uint64().value());
+    CHECK(live["corpus_after"]["rows"].get_int64().value() == live["check"]["model_rows"].get_int64().value());
+
+    // --no-live: no live phase, no "live" object.
+    const process_result plain =
+        run_search_binary(binary,
+                          {"demo", "--rows", "2000", "--dim", "16", "--duration", "0.3", "--connections", "4",
+                           "--no-live", "--no-progress", "--data-dir", dir.path.string()},
+                          60s);
+    INFO(plain.out);
+    CHECK(plain.exit_code == 0);
+    CHECK_THAT(plain.out, !Catch::Contains("live phase"));
 }
 
 TEST_CASE("the latency chart keeps its labels inside the picture and apart", "[embedding_search]") {
