@@ -151,7 +151,16 @@ live_corpus::live_corpus(live_corpus_options options) {
     if (options.segment_rows <= 0) throw std::invalid_argument("tenferro::live_corpus: segment_rows must be positive");
     state_ = std::make_unique<state>(options);
     state_->publish(state_->prepare_version(0));
-    if (!options.directory.empty()) recover();
+    if (options.directory.empty()) return;
+    try {
+        recover();
+    } catch (...) {
+        // No destructor runs for a constructor that throws: retire the published version here
+        // (it and the cell hold each other until then).
+        if (state_->log) state_->log->log.reset();
+        state_->cell->replace(nullptr);
+        throw;
+    }
 }
 
 live_corpus::~live_corpus() {
