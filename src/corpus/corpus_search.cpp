@@ -374,12 +374,14 @@ corpus_hits search(backend_session& s, const corpus_snapshot& snapshot, const co
         if (f.labels) {
             qf[i].by_labels = true;
             qf[i].labels = *f.labels;
-            std::sort(qf[i].labels.begin(), qf[i].labels.end());
+            if (!std::is_sorted(qf[i].labels.begin(), qf[i].labels.end()))
+                std::sort(qf[i].labels.begin(), qf[i].labels.end());
         }
         if (f.ids) {
             qf[i].by_ids = true;
             qf[i].ids = *f.ids;
-            std::sort(qf[i].ids.begin(), qf[i].ids.end());
+            // (An allow-list often arrives sorted: checking is linear, sorting is not.)
+            if (!std::is_sorted(qf[i].ids.begin(), qf[i].ids.end())) std::sort(qf[i].ids.begin(), qf[i].ids.end());
             qf[i].ids.erase(std::unique(qf[i].ids.begin(), qf[i].ids.end()), qf[i].ids.end());
         }
         filtered += f.filters() ? 1 : 0;
