@@ -357,10 +357,13 @@ private:
     struct state;
     struct log_state;
     bool compact_with(detail::function_ref<void()> check_stop);
+    struct logged_write;
     write_result apply_in_memory(const corpus_write& w);
+    write_result apply_locked(const corpus_write& w, bool publish);
     void recover();
-    void on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec,
-                   std::unique_ptr<write_completion> done) noexcept;
+    void on_logged(logged_write* rec, std::error_code ec) noexcept;
+    void apply_group() noexcept;
+    static void group_end(void* self) noexcept;
     std::unique_ptr<state> state_;
 };
 

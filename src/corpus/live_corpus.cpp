@@ -81,6 +81,21 @@ struct live_corpus::log_state {
     // corpus refuses writes from then on (recovery applies it).
     std::atomic<bool> poisoned{false};
     std::mutex checkpointing;
+
+    // The current group's durable writes, in sequence order (touched only by the log's
+    // callbacks, which run one at a time).
+    logged_write* group_head = nullptr;
+    logged_write* group_tail = nullptr;
+};
+
+// A write on its way through the log.
+struct live_corpus::logged_write {
+    live_corpus* corpus;
+    corpus_write w;
+    std::unique_ptr<write_completion> done;
+    std::uint64_t seq;
+    logged_write* next;
+    write_result result{};
 };
 
 namespace {
@@ -246,6 +261,7 @@ void live_corpus::recover() {
         lg->log_first = st.seq + 1;
         lg->fresh = true;
     }
+    lg->log->set_group_end(&live_corpus::group_end, this);
     st.log = std::move(lg);
 }
 
@@ -274,6 +290,7 @@ std::error_code live_corpus::checkpoint() {
             auto next = dc::write_log::open(
                 dc::log_path(lg.dir, first), [](const dc::log_record&) {}, ec);
             if (ec) return ec;
+            next->set_group_end(&live_corpus::group_end, this);
             std::unique_ptr<dc::write_log> old;
             {
                 const std::lock_guard writer(st.writer);  // stats() reads the log's size under it
@@ -313,8 +330,15 @@ write_result live_corpus::apply_in_memory(const corpus_write& w) {
     state& st = *state_;
     write_result r = validate(w, st.options.dim, st.options.normalize);
     if (r.error) return r;
-
     const std::lock_guard lock(st.writer);
+    return apply_locked(w, true);
+}
+
+// Applies a validated write under the writer's mutex; publishes a version of its own unless the
+// caller publishes one for several writes (`publish` false: a log group, apply_group).
+write_result live_corpus::apply_locked(const corpus_write& w, bool publish) {
+    state& st = *state_;
+    write_result r;
     // Everything that can fail is allocated before anything changes (S19): the index nodes of
     // new ids, the index's buckets, the segment the rows that do not fit the tail go to, and
     // the next version.
@@ -347,7 +371,8 @@ write_result live_corpus::apply_in_memory(const corpus_write& w) {
             std::make_shared<segment>(st.options.dim, rows, std::max(rest_labels, 4 * rows), st.options.normalize);
     }
     st.segments.reserve(st.segments.size() + 1);
-    auto version = st.prepare_version(st.segments.size() + 1);
+    std::unique_ptr<corpus_version> version;
+    if (publish) version = st.prepare_version(st.segments.size() + 1);
 
     // From here on nothing throws.
     const std::uint64_t seq = ++st.seq;
@@ -384,7 +409,7 @@ write_result live_corpus::apply_in_memory(const corpus_write& w) {
     }
     ++st.writes;
     r.seq = seq;
-    st.publish(std::move(version));
+    if (publish) st.publish(std::move(version));
     return r;
 }
 
@@ -568,19 +593,10 @@ void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done)
     // Everything that can fail is allocated before the record is queued: its bytes, the
     // completion that owns the write.
     const std::vector<std::byte> payload = detail::corpus::encode_write(w);
-    struct logged {
-        live_corpus* corpus;
-        corpus_write w;
-        std::unique_ptr<write_completion> done;
-        std::uint64_t seq;
-    };
     // `rec` is ours until the log accepts the record; from then on the callback owns it.
-    auto rec = std::make_unique<logged>(logged{this, std::move(w), std::move(done), 0});
-    logged* raw = rec.get();
-    detail::corpus::write_log::done_fn on_durable([raw](std::error_code ec) {
-        const std::unique_ptr<logged> own(raw);
-        own->corpus->on_logged(own->w, own->seq, ec, std::move(own->done));
-    });
+    auto rec = std::make_unique<logged_write>(logged_write{this, std::move(w), std::move(done), 0, nullptr});
+    logged_write* raw = rec.get();
+    detail::corpus::write_log::done_fn on_durable([raw](std::error_code ec) { raw->corpus->on_logged(raw, ec); });
     const std::lock_guard lock(lg.append);
     {
         const std::lock_guard count(lg.idle_mutex);
@@ -610,30 +626,84 @@ void live_corpus::submit(corpus_write w, std::unique_ptr<write_completion> done)
     write_completion::finish(std::move(rec->done), std::move(r));
 }
 
-void live_corpus::on_logged(corpus_write& w, std::uint64_t seq, std::error_code ec,
-                            std::unique_ptr<write_completion> done) noexcept {
+void live_corpus::on_logged(logged_write* rec, std::error_code ec) noexcept {
+    log_state& lg = *state_->log;
+    if (ec || lg.poisoned.load(std::memory_order_acquire)) {
+        // Not applied: a failed group is never recovered (write_log, "Failed groups"); a poisoned
+        // corpus refuses writes until it is reopened.
+        const std::unique_ptr<logged_write> own(rec);
+        write_result r;
+        r.error = ec ? ec : std::make_error_code(std::errc::not_enough_memory);
+        write_completion::finish(std::move(own->done), std::move(r));
+        const std::lock_guard count(lg.idle_mutex);
+        --lg.outstanding;
+        lg.idle.notify_all();
+        return;
+    }
+    // Durable: applied with the rest of its group when the group's callbacks are done.
+    if (lg.group_tail != nullptr)
+        lg.group_tail->next = rec;
+    else
+        lg.group_head = rec;
+    lg.group_tail = rec;
+}
+
+void live_corpus::group_end(void* self) noexcept { static_cast<live_corpus*>(self)->apply_group(); }
+
+// A log group's durable writes, applied in sequence order under one lock and published as one
+// version (each keeps its own sequence number; no snapshot can fall between them, and none was
+// answered yet), then answered.
+void live_corpus::apply_group() noexcept {
     state& st = *state_;
     log_state& lg = *st.log;
-    write_result r;
-    if (ec) {
-        r.error = ec;  // not applied, and never recovered (write_log: failed groups)
-    } else if (lg.poisoned.load(std::memory_order_acquire)) {
-        r.error = std::make_error_code(std::errc::not_enough_memory);
-    } else {
+    logged_write* head = std::exchange(lg.group_head, nullptr);
+    lg.group_tail = nullptr;
+    if (head == nullptr) return;
+    std::size_t count = 0;
+    {
+        const std::lock_guard lock(st.writer);
+        std::size_t writes = 0;
+        for (logged_write* r = head; r != nullptr; r = r->next) ++writes;
+        std::unique_ptr<corpus_version> version;
         try {
-            r = apply_in_memory(w);
-            if (r && r.seq != seq) std::terminate();  // the log and the corpus count writes alike
+            version = st.prepare_version(st.segments.size() + writes);
         } catch (const std::bad_alloc&) {
-            // Durable but not applied: refuse every later write rather than let the corpus and
-            // its log disagree; reopening the directory applies it.
             lg.poisoned.store(true, std::memory_order_release);
-            r = write_result{};
-            r.error = std::make_error_code(std::errc::not_enough_memory);
+        }
+        bool applied = false;
+        for (logged_write* r = head; r != nullptr; r = r->next) {
+            if (lg.poisoned.load(std::memory_order_relaxed)) {
+                r->result.error = std::make_error_code(std::errc::not_enough_memory);
+                continue;
+            }
+            try {
+                r->result = apply_locked(r->w, false);
+                if (r->result.seq != r->seq) std::terminate();  // the log and the corpus count writes alike
+                applied = true;
+            } catch (const std::bad_alloc&) {
+                // Durable but not applied: refuse every later write rather than let the corpus and
+                // its log disagree; reopening the directory applies it.
+                lg.poisoned.store(true, std::memory_order_release);
+                r->result = write_result{};
+                r->result.error = std::make_error_code(std::errc::not_enough_memory);
+            }
+        }
+        if (applied) {
+            if (version) {
+                st.publish(std::move(version));
+            } else {
+                std::terminate();  // unreachable: without a version nothing was applied
+            }
         }
     }
-    write_completion::finish(std::move(done), std::move(r));
-    const std::lock_guard count(lg.idle_mutex);
-    --lg.outstanding;
+    while (head != nullptr) {
+        const std::unique_ptr<logged_write> own(head);
+        head = head->next;
+        write_completion::finish(std::move(own->done), std::move(own->result));
+        ++count;
+    }
+    const std::lock_guard lock(lg.idle_mutex);
+    lg.outstanding -= count;
     lg.idle.notify_all();
 }
 

@@ -433,6 +433,7 @@ void write_log::finish_group(std::error_code ec) noexcept {
     group_bytes_.clear();
     for (done_fn& done : failed_after_) done(ec);
     failed_after_.clear();
+    if (group_end_ != nullptr) group_end_(group_end_context_);
 
     std::unique_lock lock(mutex_);
     if (broken_ && !pending_done_.empty()) {

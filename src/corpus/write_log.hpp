@@ -149,6 +149,15 @@ public:
     /// log opened fresh, before its first append).
     std::uint64_t next_seq() const;
 
+    /// Called (on the engine thread) after the callbacks of each group, before the next group is
+    /// issued: where the caller finishes what the group's callbacks gathered (the live corpus
+    /// applies a group's writes with one lock and one publication). Set before the first append;
+    /// `hook` must not throw.
+    void set_group_end(void (*hook)(void* context) noexcept, void* context) noexcept {
+        group_end_ = hook;
+        group_end_context_ = context;
+    }
+
     /// Records and fdatasyncs so far (for tests and benchmarks).
     write_log_stats stats() const noexcept {
         return {records_.load(std::memory_order_relaxed), groups_.load(std::memory_order_relaxed)};
@@ -197,6 +206,8 @@ private:
     // --- under mutex_ ---
     std::vector<std::byte> pending_bytes_;  // encoded records waiting for the next group
     std::vector<done_fn> pending_done_;
+    void (*group_end_)(void*) noexcept = nullptr;
+    void* group_end_context_ = nullptr;
     std::uint64_t pending_first_seq_ = 0;
     bool pending_any_seq_ = false;    // any_seq_ before the first pending record
     std::uint64_t expected_seq_ = 0;  // the seq the next append must carry...
