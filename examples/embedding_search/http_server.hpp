@@ -3,8 +3,8 @@
 // `io_threads` threads, requests parsed strictly (http_request_parser.hpp),
 // the routes (search_routes.hpp, docs/embedding_search.md):
 //
-//   POST /v1/search   {"vector": [D numbers], "k": 10, "filter": {...}} -> {"results": [{"id": i, "score": s}, ...],
-//   "seq": s}
+//   POST /v1/search   {"vector": [D numbers], "k": 10, "filter": {...}}
+//                     -> {"results": [{"id": i, "score": s}, ...], "seq": s}
 //                     (X-Tenferro-Group: the tenant; "timeout_ms" or X-Tenferro-Timeout-Ms: the deadline)
 //   PUT, DELETE /v1/vectors, GET /v1/vectors/{id}: the live corpus's rows
 //   GET  /v1/stats    admission, buffer-pool, request and latency counters
