@@ -158,7 +158,7 @@ std::error_code sync_parent(const std::string& path) {
 
 }  // namespace
 
-std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t prev) noexcept {
+std::uint32_t crc32c_table(std::span<const std::byte> data, std::uint32_t prev) noexcept {
     std::uint32_t c = ~prev;
     const std::byte* p = data.data();
     std::size_t n = data.size();
@@ -169,6 +169,38 @@ std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t prev) noexce
     }
     for (; n > 0; ++p, --n) c = (c >> 8) ^ crc.t[0][(c ^ std::to_integer<std::uint32_t>(*p)) & 0xff];
     return ~c;
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// SSE4.2's CRC32 instruction computes CRC-32C: 8 bytes per instruction, a few times the table's
+// rate (every record's payload is checksummed as it is appended, and the whole log at recovery).
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::span<const std::byte> data,
+                                                             std::uint32_t prev) noexcept {
+    std::uint64_t c = ~prev;
+    const std::byte* p = data.data();
+    std::size_t n = data.size();
+    for (; n >= 8; p += 8, n -= 8) {
+        std::uint64_t w;
+        std::memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    auto c32 = static_cast<std::uint32_t>(c);
+    for (; n > 0; ++p, --n) c32 = __builtin_ia32_crc32qi(c32, std::to_integer<unsigned char>(*p));
+    return ~c32;
+}
+
+const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+
+}  // namespace
+#endif
+
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t prev) noexcept {
+#if defined(__x86_64__)
+    if (has_sse42) return crc32c_sse42(data, prev);
+#endif
+    return crc32c_table(data, prev);
 }
 
 // The one request the log has in flight at a time, reused for every step.

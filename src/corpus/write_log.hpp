@@ -56,6 +56,9 @@ struct log_record {
 /// CRC-32C (Castagnoli) of `data`, continuing `prev` (0 to start):
 /// `crc32c(b, crc32c(a)) == crc32c(a + b)`. Table-driven, slicing by 8.
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t prev = 0) noexcept;
+/// The same through the table alone (what crc32c runs where the CPU has no CRC32 instruction;
+/// tests compare the two).
+std::uint32_t crc32c_table(std::span<const std::byte> data, std::uint32_t prev = 0) noexcept;
 
 /// Counters for tests and benchmarks: records and syncs since the log was opened.
 struct write_log_stats {
