@@ -204,42 +204,32 @@ std::error_code read_checkpoint_info(const std::string& dir, checkpoint_info& ou
 }
 
 std::error_code read_checkpoint(const std::string& dir, const checkpoint_info& info, std::int64_t dim,
-                                checkpoint_rows& out) {
+                                checkpoint_tensors& out) {
     out = {};
     if (info.rows == 0) return {};
-    tensor values, ids, ends, labels;
     std::error_code ec;
-    if ((ec = read_npy_blocking(checkpoint_file(dir, info.seq, "rows"), values)) ||
-        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "ids"), ids)) ||
-        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "label_ends"), ends)) ||
-        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "labels"), labels)))
+    if ((ec = read_npy_blocking(checkpoint_file(dir, info.seq, "rows"), out.values)) ||
+        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "ids"), out.ids)) ||
+        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "label_ends"), out.label_ends)) ||
+        (ec = read_npy_blocking(checkpoint_file(dir, info.seq, "labels"), out.labels)))
         return ec;
     const auto n = info.rows;
     const auto corrupt = make_error_code(corpus_errc::corrupt);
-    if (values.type() != dtype::f32 || values.rank() != 2 || values.shape()[0] != n || values.shape()[1] != dim ||
-        ids.type() != dtype::i64 || ids.rank() != 1 || ids.shape()[0] != n || ends.type() != dtype::i64 ||
-        ends.rank() != 1 || ends.shape()[0] != n || labels.type() != dtype::i64 || labels.rank() != 1)
+    if (out.values.type() != dtype::f32 || out.values.rank() != 2 || out.values.shape()[0] != n ||
+        out.values.shape()[1] != dim || out.ids.type() != dtype::i64 || out.ids.rank() != 1 ||
+        out.ids.shape()[0] != n || out.label_ends.type() != dtype::i64 || out.label_ends.rank() != 1 ||
+        out.label_ends.shape()[0] != n || out.labels.type() != dtype::i64 || out.labels.rank() != 1)
         return corrupt;
-    const float* v = values.data<float>();
-    out.values.assign(v, v + n * dim);
-    const std::int64_t* id = ids.data<std::int64_t>();
-    out.ids.resize(static_cast<std::size_t>(n));
-    for (std::int64_t r = 0; r < n; ++r) out.ids[static_cast<std::size_t>(r)] = static_cast<row_id>(id[r]);
-    const std::int64_t* e = ends.data<std::int64_t>();
-    const std::int64_t* l = labels.data<std::int64_t>();
-    const std::int64_t m = labels.shape()[0];
-    out.label_ends.resize(static_cast<std::size_t>(n));
+    const std::int64_t* e = out.label_ends.data<std::int64_t>();
+    const std::int64_t* l = out.labels.data<std::int64_t>();
+    const std::int64_t m = out.labels.shape()[0];
     std::int64_t prev = 0;
     for (std::int64_t r = 0; r < n; ++r) {
         if (e[r] < prev || e[r] > m || e[r] - prev > static_cast<std::int64_t>(max_row_labels)) return corrupt;
-        out.label_ends[static_cast<std::size_t>(r)] = static_cast<std::uint32_t>(e[r]);
         prev = e[r];
     }
-    out.labels.resize(static_cast<std::size_t>(m));
-    for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t i = 0; i < m; ++i)
         if (l[i] < 0 || l[i] > 0xFFFFFFFFLL) return corrupt;
-        out.labels[static_cast<std::size_t>(i)] = static_cast<row_label>(l[i]);
-    }
     return {};
 }
 

@@ -55,8 +55,16 @@ struct checkpoint_rows {
     std::vector<std::uint32_t> label_ends;
     std::vector<row_label> labels;
 };
+/// A checkpoint as read: the files' tensors, checked (shapes, dtypes, label counts and values),
+/// so that recovery builds its segment from them with no copy in between.
+struct checkpoint_tensors {
+    tensor values;      // rows x dim, f32
+    tensor ids;         // rows, i64 (the u64 bits)
+    tensor label_ends;  // rows, i64
+    tensor labels;      // i64
+};
 std::error_code read_checkpoint(const std::string& dir, const checkpoint_info& info, std::int64_t dim,
-                                checkpoint_rows& out);
+                                checkpoint_tensors& out);
 /// Writes `rows` as checkpoint `seq` (each file replaced atomically by async_write_npy), then
 /// replaces DIR/CHECKPOINT durably. Blocking.
 std::error_code write_checkpoint(const std::string& dir, std::uint64_t seq, std::int64_t dim,

@@ -196,30 +196,48 @@ void live_corpus::recover() {
     if (std::error_code ec = dc::open_identity(dir, {st.options.dim, st.options.normalize}, created))
         fail(ec, "cannot open the corpus directory");
 
-    // The last checkpoint: its rows, in writes of 16384 rows, then the corpus's seq set to its.
+    // The last checkpoint: its rows become one segment at once, straight from the files' tensors
+    // (no write to build, nothing copied in between); sorted by id as checkpoints write them.
     dc::checkpoint_info info;
     if (std::error_code ec = dc::read_checkpoint_info(dir, info)) fail(ec, "cannot read CHECKPOINT");
     {
-        dc::checkpoint_rows rows;
-        if (std::error_code ec = dc::read_checkpoint(dir, info, st.options.dim, rows))
+        dc::checkpoint_tensors ck;
+        if (std::error_code ec = dc::read_checkpoint(dir, info, st.options.dim, ck))
             fail(ec, "cannot read checkpoint " + std::to_string(info.seq));
-        const auto n = static_cast<std::int64_t>(rows.ids.size());
-        for (std::int64_t r0 = 0; r0 < n; r0 += 16384) {
-            corpus_write w;
-            for (std::int64_t r = r0; r < std::min(n, r0 + 16384); ++r) {
-                const std::uint32_t b = r == 0 ? 0 : rows.label_ends[static_cast<std::size_t>(r - 1)];
-                const std::uint32_t e = rows.label_ends[static_cast<std::size_t>(r)];
-                w.upsert(rows.ids[static_cast<std::size_t>(r)],
-                         std::span<const float>(rows.values.data() + r * st.options.dim,
-                                                static_cast<std::size_t>(st.options.dim)),
-                         std::span<const row_label>(rows.labels.data() + b, e - b));
-            }
-            if (const write_result r = apply_in_memory(w); !r)
-                fail(make_error_code(corpus_errc::corrupt), "checkpoint rows");
-        }
+        const std::int64_t n = info.rows, dim = st.options.dim;
         const std::lock_guard lock(st.writer);
+        if (n > 0) {
+            const float* values = ck.values.data<float>();
+            const std::int64_t* ids = ck.ids.data<std::int64_t>();
+            const std::int64_t* ends = ck.label_ends.data<std::int64_t>();
+            const std::int64_t* labels = ck.labels.data<std::int64_t>();
+            auto seg = std::make_shared<segment>(dim, n, std::max<std::int64_t>(ck.labels.shape()[0], 1),
+                                                 st.options.normalize);
+            st.index.reserve(static_cast<std::size_t>(n));
+            st.segments.reserve(st.segments.size() + 1);
+            bool sorted = true;
+            row_label row_labels[max_row_labels];
+            for (std::int64_t r = 0; r < n; ++r) {
+                const std::span<const float> v(values + r * dim, static_cast<std::size_t>(dim));
+                const bool finite = std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+                const bool zero = std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+                if (!finite || (st.options.normalize && zero))
+                    fail(make_error_code(corpus_errc::corrupt), "checkpoint row " + std::to_string(r));
+                const std::int64_t b = r == 0 ? 0 : ends[r - 1];
+                for (std::int64_t i = b; i < ends[r]; ++i) row_labels[i - b] = static_cast<row_label>(labels[i]);
+                const auto id = static_cast<row_id>(ids[r]);
+                append_written(*seg, id, v,
+                               std::span<const row_label>(row_labels, static_cast<std::size_t>(ends[r] - b)));
+                if (!st.index.emplace(id, state::location{seg.get(), r}).second)
+                    fail(make_error_code(corpus_errc::corrupt), "checkpoint id " + std::to_string(id) + " twice");
+                sorted = sorted && (r == 0 || id > static_cast<row_id>(ids[r - 1]));
+            }
+            seg->sorted = sorted;  // (no bf16 copy yet: the first compaction makes it)
+            st.live_rows = n;
+            st.segments.push_back(segment_view{std::move(seg), n});
+            st.tail = nullptr;  // sealed: later writes start a segment of their own
+        }
         st.seq = info.seq;
-        st.writes = 0;
         st.publish(st.prepare_version(st.segments.size()));
     }
 
@@ -242,7 +260,11 @@ void live_corpus::recover() {
                     return;
                 }
                 if ((replay_error = dc::decode_write(rec.payload, st.options.dim, w))) return;
-                if (const write_result r = apply_in_memory(w); !r) replay_error = make_error_code(corpus_errc::corrupt);
+                // A logged write was validated before it was logged; replayed, it is applied with
+                // no version of its own (one is published when every log has been replayed).
+                const std::lock_guard lock(st.writer);
+                if (const write_result r = apply_locked(w, false); !r || r.seq != rec.seq)
+                    replay_error = make_error_code(corpus_errc::corrupt);
             },
             ec);
         if (ec) fail(ec, "cannot open the log " + logs[i].path);
@@ -252,6 +274,10 @@ void live_corpus::recover() {
             lg->log_first = logs[i].first_seq;
             lg->fresh = lg->log->bytes() == 0;
         }
+    }
+    {
+        const std::lock_guard lock(st.writer);
+        st.publish(st.prepare_version(st.segments.size()));
     }
     if (!lg->log) {
         std::error_code ec;
@@ -305,20 +331,30 @@ std::error_code live_corpus::checkpoint() {
     // The rows of a snapshot at or after the switch, as written.
     const corpus_snapshot snap = snapshot();
     const corpus_version& v = *detail::corpus::snapshot_access::version(snap);
-    dc::checkpoint_rows rows;
-    rows.ids.reserve(static_cast<std::size_t>(v.live_rows));
-    rows.values.reserve(static_cast<std::size_t>(v.live_rows * v.dim));
-    rows.label_ends.reserve(static_cast<std::size_t>(v.live_rows));
+    // In id order, so that recovery loads them as a segment sorted by id.
+    struct source {
+        row_id id;
+        const segment* seg;
+        std::int64_t row;
+    };
+    std::vector<source> order;
+    order.reserve(static_cast<std::size_t>(v.live_rows));
     for (const segment_view& sv : v.segments)
-        for (std::int64_t r = 0; r < sv.rows; ++r) {
-            if (!sv.seg->visible(r, v.seq)) continue;
-            const auto raw = sv.seg->raw_row(r);
-            const auto labels = sv.seg->row_labels(r);
-            rows.values.insert(rows.values.end(), raw.begin(), raw.end());
-            rows.ids.push_back(sv.seg->ids[r]);
-            rows.labels.insert(rows.labels.end(), labels.begin(), labels.end());
-            rows.label_ends.push_back(static_cast<std::uint32_t>(rows.labels.size()));
-        }
+        for (std::int64_t r = 0; r < sv.rows; ++r)
+            if (sv.seg->visible(r, v.seq)) order.push_back(source{sv.seg->ids[r], sv.seg.get(), r});
+    std::sort(order.begin(), order.end(), [](const source& a, const source& b) { return a.id < b.id; });
+    dc::checkpoint_rows rows;
+    rows.ids.reserve(order.size());
+    rows.values.reserve(order.size() * static_cast<std::size_t>(v.dim));
+    rows.label_ends.reserve(order.size());
+    for (const source& src : order) {
+        const auto raw = src.seg->raw_row(src.row);
+        const auto labels = src.seg->row_labels(src.row);
+        rows.values.insert(rows.values.end(), raw.begin(), raw.end());
+        rows.ids.push_back(src.id);
+        rows.labels.insert(rows.labels.end(), labels.begin(), labels.end());
+        rows.label_ends.push_back(static_cast<std::uint32_t>(rows.labels.size()));
+    }
     if (std::error_code ec = dc::write_checkpoint(lg.dir, v.seq, v.dim, rows)) return ec;
     dc::remove_stale_files(lg.dir, v.seq, first);
     return {};
