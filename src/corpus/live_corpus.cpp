@@ -41,6 +41,7 @@ struct live_corpus::state {
     std::vector<segment_view> segments;  // as published
     segment* tail = nullptr;             // the segment writes append to (the last one), or none
     std::unordered_map<row_id, location> index;
+    std::unordered_map<row_id, location> fresh;  // apply's side map of new ids (see apply_locked)
     std::uint64_t writes = 0, compactions = 0;
     bool compacting = false;
 
@@ -121,8 +122,17 @@ write_result validate(const corpus_write& w, std::int64_t dim, bool normalize) {
         else if (normalize && std::all_of(it.vector.begin(), it.vector.end(), [](float x) { return x == 0.0f; }))
             refuse(i, corpus_errc::zero_vector);
     }
-    // A repeated id: the offending item is its second occurrence. Items before a refused one
-    // are all that matter, so the search covers the whole write only when nothing was refused.
+    // A repeated id: the offending item is its second occurrence. A short write is checked pair
+    // by pair (no allocation: most writes of a busy server are a row or a few).
+    if (w.size() <= 16) {
+        for (std::size_t i = 1; i < w.size(); ++i)
+            for (std::size_t j = 0; j < i; ++j)
+                if (w[i].id == w[j].id) {
+                    refuse(i, corpus_errc::duplicate_id);
+                    break;
+                }
+        return r;
+    }
     std::vector<std::pair<row_id, std::size_t>> ids(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) ids[i] = {w[i].id, i};
     std::sort(ids.begin(), ids.end());
@@ -378,7 +388,9 @@ write_result live_corpus::apply_locked(const corpus_write& w, bool publish) {
     // Everything that can fail is allocated before anything changes (S19): the index nodes of
     // new ids, the index's buckets, the segment the rows that do not fit the tail go to, and
     // the next version.
-    std::unordered_map<row_id, state::location> fresh;
+    // (The side map is the state's, emptied: its buckets stay from write to write.)
+    std::unordered_map<row_id, state::location>& fresh = st.fresh;
+    fresh.clear();
     std::int64_t rows_free = st.tail ? st.tail->capacity - st.tail->used : 0;
     std::int64_t labels_free = st.tail ? st.tail->label_capacity - st.tail->labels_used : 0;
     std::size_t fit = 0;  // upserts (in order) that go to the current tail
