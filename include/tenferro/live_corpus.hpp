@@ -16,12 +16,14 @@
 /// });
 /// ```
 ///
-/// Rows live in immutable segments (their f32 values, a bf16 copy for the first pass once
-/// compacted, the id and label columns, an insertion and an erasure sequence per row). A write
-/// appends to the newest segment and stamps erasures; a snapshot is a counted reference to the
-/// published list of segments plus the sequence number it was taken at, and sees exactly the
-/// rows inserted at or before it and not erased at or before it. `compact` merges segments
-/// into one sorted by id, drops the rows no snapshot can see, and builds the first pass's copy.
+/// Rows live in segments that only grow (their f32 values, a bf16 copy for the first pass once
+/// compacted, the id and label columns, and per row the sequence number of the write that erased
+/// or replaced it). A write appends to the newest segment and stamps the rows it erases or
+/// replaces; a snapshot is a counted reference to the published list of segments, with the row
+/// count of each and the sequence number it was taken at, and sees the rows not stamped at or
+/// before it. `compact` merges segments into one sorted by id, drops the rows no snapshot can
+/// see, and builds the first pass's copy. With `live_corpus_options::directory` every write
+/// completes once it is in a write-ahead log there (L6), and reopening the directory recovers it.
 ///
 /// Thread-safety: every member may be called from any thread. Writes (`apply`, `compact`'s
 /// installation) are serialised by an internal mutex; `snapshot()` and searches never take it.
