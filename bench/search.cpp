@@ -69,6 +69,10 @@ struct options {
     double unfused_mb = 512;
     std::string json;
     bool cpu_clock = false;
+    // "random": unit rows in random directions; "near-duplicate": one unit vector plus noise of
+    // relative size 1e-4 per row, normalised (a corpus where the first pass's bound cannot
+    // separate: every query falls back to f32, issue 62).
+    std::string data = "random";
 };
 
 std::vector<std::int64_t> numbers(const std::string& s) {
@@ -115,12 +119,42 @@ options parse(int argc, char** argv) {
             o.unfused_mb = std::stod(value);
         else if (flag == "--json")
             o.json = value;
+        else if (flag == "--data" && (value == "random" || value == "near-duplicate"))
+            o.data = value;
         else {
             std::fprintf(stderr, "search: unknown flag %s (see bench/search.cpp)\n", flag.c_str());
             std::exit(2);
         }
     }
     return o;
+}
+
+// Rows near one unit vector: it plus Gaussian noise of `noise` per element, normalised.
+tf::tensor near_duplicate_rows(std::int64_t n, std::int64_t d, unsigned seed, double noise) {
+    tf::tensor t = tf::tensor::zeros(tf::dtype::f32, {n, d});
+    auto* p = static_cast<float*>(t.data());
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> g;
+    std::vector<double> base(static_cast<std::size_t>(d));
+    std::mt19937 base_rng(7);
+    double bn = 0;
+    for (double& x : base) {
+        x = g(base_rng);
+        bn += x * x;
+    }
+    for (double& x : base) x /= std::sqrt(bn);
+    for (std::int64_t i = 0; i < n; ++i) {
+        float* row = p + i * d;
+        double norm = 0;
+        std::vector<double> v(static_cast<std::size_t>(d));
+        for (std::int64_t j = 0; j < d; ++j) {
+            v[static_cast<std::size_t>(j)] = base[static_cast<std::size_t>(j)] + noise * g(rng) / std::sqrt(double(d));
+            norm += v[static_cast<std::size_t>(j)] * v[static_cast<std::size_t>(j)];
+        }
+        for (std::int64_t j = 0; j < d; ++j)
+            row[j] = static_cast<float>(v[static_cast<std::size_t>(j)] / std::sqrt(norm));
+    }
+    return t;
 }
 
 tf::tensor unit_rows(std::int64_t n, std::int64_t d, unsigned seed) {
@@ -204,9 +238,10 @@ int main(int argc, char** argv) {
                 "ratio", "vs unf", "f32/s", "vs f32", "rr/q", "fp", "exact");
     for (std::int64_t n : o.rows) {
         for (std::int64_t d : o.dims) {
-            const tf::tensor corpus = unit_rows(n, d, 1);
+            const bool near = o.data == "near-duplicate";
+            const tf::tensor corpus = near ? near_duplicate_rows(n, d, 1, 1e-4) : unit_rows(n, d, 1);
             const std::int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-            const tf::tensor queries = unit_rows(max_batch, d, 2);
+            const tf::tensor queries = near ? near_duplicate_rows(max_batch, d, 2, 1e-4) : unit_rows(max_batch, d, 2);
             faiss::IndexFlatIP index(static_cast<int>(d));
             index.add(n, static_cast<const float*>(corpus.data()));
             cpu.default_cache().mark_constant(corpus);

@@ -313,10 +313,16 @@ void first_pass_task(const sd::call& c, std::int64_t task, std::int64_t jb, std:
         for (std::int64_t ic = 0; ic < m; ic += sd::block_q) {
             stop_point();  // S20: one tile between checks
             const int rows = static_cast<int>(std::min(sd::block_q, m - ic));
+            // Step aside at once: a query whose candidates overflowed (in this task: the query
+            // then takes the f32 path, whatever the other tasks found) or whose bound does not
+            // apply needs no more first-pass scores; a block of only such queries skips its tiles.
+            bool needed = false;
+            for (int r = 0; r < rows && !needed; ++r) needed = c.bounds[ic + r].ok && !states[ic + r].overflow;
+            if (!needed) continue;
             tile_any(c, c.qpairs + ic * k2, rows, jc / sd::panel, npanels, tile, c.chunk);
             for (int r = 0; r < rows; ++r) {
                 const std::int64_t i = ic + r;
-                if (!c.bounds[i].ok) continue;
+                if (!c.bounds[i].ok || states[i].overflow) continue;
                 filter_row(c, c.bounds[i], states[i], tile + r * c.chunk, jc, ncols, count,
                            c.op->allowed != nullptr ? c.op->allowed[i] : nullptr);
             }
