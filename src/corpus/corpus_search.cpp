@@ -130,6 +130,27 @@ struct task_state {
     scratch_buffer<float> queries;  // a group's query rows
     std::vector<std::byte> scratch;
     std::uint64_t rows_scored = 0;
+    // tile (m x cols) = the m queries of `a` (m x dim) against the rows of `b` (cols x dim), both
+    // row-major: the GEMM kernel's arithmetic, which gives each (query, row) matmul_top_k's bits.
+    void score(const float* a, std::int64_t m, const float* b, std::int64_t cols, std::int64_t dim, float* tile) {
+        const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, m, cols, dim, 1);
+        if (scratch.size() < plan.scratch_bytes) scratch.resize(plan.scratch_bytes);
+        kernels::gemm_operands op{};
+        op.m = m;
+        op.n = cols;
+        op.k = dim;
+        op.a = a;
+        op.a_row_stride = dim;
+        op.a_col_stride = 1;
+        op.b = b;
+        op.b_row_stride = 1;
+        op.b_col_stride = dim;
+        op.c = tile;
+        op.c_row_stride = cols;
+        op.c_col_stride = 1;
+        kernels::gemm(kernels::gemm_type::f32, op, plan, scratch.data());
+        rows_scored += static_cast<std::uint64_t>(cols * m);
+    }
     best_k heap(std::size_t q, std::int64_t k) {
         return best_k{vals.data() + q * static_cast<std::size_t>(k), ids.data() + q * static_cast<std::size_t>(k),
                       held.data() + q, k};
@@ -247,24 +268,8 @@ void score_chunk(task_state& t, const segment& seg, std::int64_t r0, std::int64_
         cols = r1 - r0;
     }
     const auto m = static_cast<std::int64_t>(qs.size());
-    const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, m, cols, dim, 1);
-    if (t.scratch.size() < plan.scratch_bytes) t.scratch.resize(plan.scratch_bytes);
-    kernels::gemm_operands op{};
-    op.m = m;
-    op.n = cols;
-    op.k = dim;
-    op.a = a;
-    op.a_row_stride = dim;
-    op.a_col_stride = 1;
-    op.b = b;
-    op.b_row_stride = 1;
-    op.b_col_stride = dim;
     float* tile = t.tile.get(static_cast<std::size_t>(m * cols));
-    op.c = tile;
-    op.c_row_stride = cols;
-    op.c_col_stride = 1;
-    kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
-    t.rows_scored += static_cast<std::uint64_t>(cols);
+    t.score(a, m, b, cols, dim, tile);
     for (std::int64_t i = 0; i < m; ++i) {
         const best_k heap = t.heap(qs[static_cast<std::size_t>(i)], k);
         const std::uint64_t* mine = allowed[static_cast<std::size_t>(i)];
@@ -296,23 +301,7 @@ void score_gathered(task_state& t, const segment& seg, std::int64_t n, const std
     auto flush = [&] {
         if (cols == 0) return;
         kernels::stop_point();
-        const kernels::gemm_plan plan = kernels::plan_gemm(kernels::gemm_type::f32, m, cols, dim, 1);
-        if (t.scratch.size() < plan.scratch_bytes) t.scratch.resize(plan.scratch_bytes);
-        kernels::gemm_operands op{};
-        op.m = m;
-        op.n = cols;
-        op.k = dim;
-        op.a = a;
-        op.a_row_stride = dim;
-        op.a_col_stride = 1;
-        op.b = block;
-        op.b_row_stride = 1;
-        op.b_col_stride = dim;
-        op.c = tile;
-        op.c_row_stride = cols;
-        op.c_col_stride = 1;
-        kernels::gemm(kernels::gemm_type::f32, op, plan, t.scratch.data());
-        t.rows_scored += static_cast<std::uint64_t>(cols * m);
+        t.score(a, m, block, cols, dim, tile);
         for (std::int64_t i = 0; i < m; ++i) {
             const best_k heap = t.heap(qs[static_cast<std::size_t>(i)], k);
             const float* row = tile + i * cols;

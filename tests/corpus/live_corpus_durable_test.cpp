@@ -23,15 +23,18 @@
 
 #include <catch2/catch.hpp>
 
+#include "spawn_self.hpp"
+
 #include "cpu_session_fixture.hpp"
 #include "io/io_testing.hpp"
 #include "test_asio.hpp"
 
-extern char** environ;
 
 using namespace tenferro;
 namespace fs = std::filesystem;
 namespace tio = tenferro::detail::io;
+
+using tenferro::test::spawn_self;
 
 namespace {
 
@@ -91,27 +94,6 @@ live_corpus_options options_in(const fs::path& dir) {
     o.segment_rows = 64;
     o.directory = dir.string();
     return o;
-}
-
-// Runs this program again with the Catch2 test spec `spec` and `var` (NAME=VALUE) in its
-// environment; `report` (unless -1) becomes the child's descriptor 3.
-pid_t spawn_self(const char* spec, const std::string& var, int report) {
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
-    std::vector<std::string> strings{var};
-    for (char** e = environ; *e != nullptr; ++e) strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (auto& e : strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string arg0 = self, arg1 = spec;
-    char* argv[] = {arg0.data(), arg1.data(), nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (report >= 0) posix_spawn_file_actions_adddup2(&actions, report, 3);
-    pid_t pid = -1;
-    const int spawned = ::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(spawned == 0);
-    return pid;
 }
 
 }  // namespace

@@ -28,6 +28,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "spawn_self.hpp"
+
 #include "io/file_engine.hpp"
 #include "io/io_testing.hpp"
 
@@ -36,6 +38,8 @@ using namespace tenferro::detail::corpus;
 namespace tio = tenferro::detail::io;
 using tio::io_call;
 using tio::io_fault;
+
+using tenferro::test::spawn_self;
 
 namespace {
 
@@ -261,29 +265,6 @@ const char* name_of(io_fault f) {
 bool fails(io_fault f, io_call c) {
     const bool error = f == io_fault::eio || f == io_fault::enospc || f == io_fault::ecanceled;
     return c == io_call::fsync ? error || f == io_fault::eagain : c == io_call::write && error;
-}
-
-// Runs this program again with the Catch2 test spec `spec` and `var` (NAME=VALUE) in
-// its environment; `report` (unless -1) becomes the child's descriptor 3.
-pid_t spawn_self(const char* spec, const std::string& var, int report) {
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
-    const std::string name = var.substr(0, var.find('=') + 1);
-    std::vector<std::string> strings{var};
-    for (char** e = environ; *e != nullptr; ++e)
-        if (std::strncmp(*e, name.c_str(), name.size()) != 0) strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (auto& e : strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string arg0 = self, arg1 = spec;
-    char* argv[] = {arg0.data(), arg1.data(), nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (report >= 0) posix_spawn_file_actions_adddup2(&actions, report, 3);  // dup2 clears O_CLOEXEC
-    pid_t pid = -1;
-    const int spawned = ::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(spawned == 0);
-    return pid;
 }
 
 }  // namespace
