@@ -29,7 +29,6 @@
 #include "io/io_testing.hpp"
 #include "test_asio.hpp"
 
-
 using namespace tenferro;
 namespace fs = std::filesystem;
 namespace tio = tenferro::detail::io;
