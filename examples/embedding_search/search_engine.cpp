@@ -153,6 +153,10 @@ search_engine::search_engine(tf::cpu_backend& cpu, std::shared_ptr<tf::live_corp
 
 search_engine::~search_engine() {
     batchers_.clear();  // before the counters their bodies use
+    {
+        std::unique_lock lock(compaction_mutex_);
+        compaction_done_.wait(lock, [&] { return !compaction_running_; });
+    }
     if (checkpointer_.joinable()) checkpointer_.join();
 }
 
@@ -161,7 +165,7 @@ asio::awaitable<tf::write_result> search_engine::write(tf::corpus_write w) {
     // and visible. In memory: at once.
     tf::write_result r = co_await corpus_->async_apply(std::move(w), asio::use_awaitable);
     if (r) {
-        compact_if_due(co_await asio::this_coro::executor);
+        compact_if_due();
         checkpoint_if_due();
     }
     co_return r;
@@ -187,7 +191,7 @@ void search_engine::checkpoint_if_due() {
     });
 }
 
-void search_engine::compact_if_due(asio::any_io_executor ex) {
+void search_engine::compact_if_due() {
     if (compacting_.load(std::memory_order_relaxed)) return;
     const tf::corpus_stats c = corpus_->stats();
     const std::int64_t pending = c.uncompacted_rows + (c.stored_rows - c.rows);
@@ -198,17 +202,30 @@ void search_engine::compact_if_due(asio::any_io_executor ex) {
     so.permits = 1;
     so.group = options_.compaction_group < cpu_.groups() ? options_.compaction_group : 0;
     so.where = options_.inline_compute ? tf::placement::caller : tf::placement::compute;
-    // The corpus is held by the session's body, so that a compaction still running when the
-    // engine goes finishes on a corpus that exists.
-    asio::co_spawn(
-        ex,
-        [this, corpus = corpus_, so]() -> asio::awaitable<void> {
-            auto r = co_await cpu_.with_backend_session(
-                so, [&corpus](tf::backend_session& s) { return corpus->compact(s); });
-            if (!r) compactions_failed_.fetch_add(1, std::memory_order_relaxed);
-            compacting_.store(false, std::memory_order_release);
-        },
-        [](std::exception_ptr) {});
+    // Completed by a plain callback, in the library's own context: nothing of it runs on (or
+    // keeps alive) the server's io_context, which may be gone before the engine. The engine's
+    // destructor waits for it (compaction_done_).
+    {
+        const std::lock_guard lock(compaction_mutex_);
+        compaction_running_ = true;
+    }
+    try {
+        cpu_.with_backend_session(
+            so, [corpus = corpus_](tf::backend_session& s) { return corpus->compact(s); },
+            [this](std::exception_ptr e, tf::session_result<bool> r) {
+                if (e || !r) compactions_failed_.fetch_add(1, std::memory_order_relaxed);
+                compacting_.store(false, std::memory_order_release);
+                const std::lock_guard lock(compaction_mutex_);
+                compaction_running_ = false;
+                compaction_done_.notify_all();
+            });
+    } catch (...) {
+        // Not started (no memory to start it): the next write tries again.
+        compactions_failed_.fetch_add(1, std::memory_order_relaxed);
+        compacting_.store(false, std::memory_order_release);
+        const std::lock_guard lock(compaction_mutex_);
+        compaction_running_ = false;
+    }
 }
 
 std::size_t search_engine::group_index(std::string_view name) const noexcept {

@@ -37,10 +37,12 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -262,8 +264,9 @@ public:
     /// Resumes on the calling coroutine's executor.
     asio::awaitable<tenferro::write_result> write(tenferro::corpus_write w);
     /// A compaction, when one is due and none runs: a session of one permit in
-    /// the compaction group, spawned on `ex` (detached; counted).
-    void compact_if_due(asio::any_io_executor ex);
+    /// the compaction group, completed in the library's context (counted; the
+    /// engine's destructor waits for it).
+    void compact_if_due();
     /// A checkpoint of a durable corpus, when its log has grown enough and none runs.
     void checkpoint_if_due();
 
@@ -335,6 +338,9 @@ private:
     tenferro::cpu_backend& cpu_;
     std::shared_ptr<tenferro::live_corpus> corpus_;
     std::atomic<bool> compacting_{false};
+    std::mutex compaction_mutex_;
+    std::condition_variable compaction_done_;
+    bool compaction_running_ = false;  // under compaction_mutex_
     std::atomic<std::uint64_t> compactions_started_{0}, compactions_failed_{0};
     std::atomic<bool> checkpointing_{false};
     std::atomic<std::uint64_t> checkpoints_{0}, checkpoints_failed_{0};
