@@ -116,10 +116,15 @@ std::optional<double> number_reader::real(simdjson::dom::element e) const {
     return json_number_value((*numbers)[ordinal]);
 }
 
-std::optional<std::int64_t> number_reader::integer(simdjson::dom::element e) const {
-    std::int64_t v = 0;
+namespace {
+
+// An integer element of type T: simdjson's own value (a negative one is no uint64), or the
+// ordinal's text, which from_chars reads only when it is a whole number of T's range.
+template <class T>
+std::optional<T> whole_number(simdjson::dom::element e, const std::vector<std::string_view>* numbers) {
+    T v = 0;
     if (!numbers) {
-        if (e.get_int64().get(v)) return std::nullopt;
+        if (e.get<T>().get(v)) return std::nullopt;
         return v;
     }
     std::uint64_t ordinal = 0;
@@ -130,20 +135,14 @@ std::optional<std::int64_t> number_reader::integer(simdjson::dom::element e) con
     return v;
 }
 
+}  // namespace
+
+std::optional<std::int64_t> number_reader::integer(simdjson::dom::element e) const {
+    return whole_number<std::int64_t>(e, numbers);
+}
+
 std::optional<std::uint64_t> number_reader::unsigned_integer(simdjson::dom::element e) const {
-    std::uint64_t v = 0;
-    if (!numbers) {
-        // simdjson types a non-negative integer as int64 or uint64; both read as uint64 here,
-        // a negative one does not.
-        if (e.get_uint64().get(v)) return std::nullopt;
-        return v;
-    }
-    std::uint64_t ordinal = 0;
-    if (e.get_uint64().get(ordinal) || ordinal >= numbers->size()) return std::nullopt;
-    const std::string_view t = (*numbers)[ordinal];
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
-    return v;
+    return whole_number<std::uint64_t>(e, numbers);
 }
 
 std::optional<std::string> parse_body(std::string_view body, parsed_body& out) {
